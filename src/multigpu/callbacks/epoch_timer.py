@@ -1,0 +1,63 @@
+"""Training time and throughput per epoch, evaluation excluded (as d2l's timer measures)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from pytorch_lightning import Callback, LightningModule, Trainer
+from pytorch_lightning.trainer.states import TrainerFn
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class EpochTimer(Callback):
+    """Logs ``time/epoch_s`` and ``throughput/samples_per_s`` (global samples, all processes).
+
+    The clock pauses while the test set is evaluated inside the epoch.
+    """
+
+    def __init__(self) -> None:
+        self.epoch_s: list[float] = []
+        self.samples_per_s: list[float] = []
+        self._elapsed = 0.0
+        self._started: float | None = None
+        self._samples = 0
+
+    def _resume(self, trainer: Trainer) -> None:
+        _synchronize(trainer.strategy.root_device)
+        self._started = time.perf_counter()
+
+    def _pause(self, trainer: Trainer) -> None:
+        if self._started is not None:
+            _synchronize(trainer.strategy.root_device)
+            self._elapsed += time.perf_counter() - self._started
+            self._started = None
+
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._elapsed, self._samples = 0.0, 0
+        self._resume(trainer)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._samples += len(batch[-1]) * trainer.world_size
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._pause(trainer)
+
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
+            self._resume(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._pause(trainer)
+        if self._samples == 0:
+            return
+        rate = self._samples / self._elapsed
+        self.epoch_s.append(self._elapsed)
+        self.samples_per_s.append(rate)
+        pl_module.log("time/epoch_s", self._elapsed, on_epoch=True, rank_zero_only=True)
+        pl_module.log("throughput/samples_per_s", rate, on_epoch=True, rank_zero_only=True)

@@ -1,0 +1,31 @@
+"""Entry-point glue: a user's mistake ends as one line on stderr and a non-zero exit."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from multigpu.errors import UserError
+
+EXIT_USER_ERROR = 2
+
+
+def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
+    """Print ``UserError`` as ``error: <message>`` and exit 2 (``HYDRA_FULL_ERROR=1``: raise)."""
+
+    @functools.wraps(main)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        except UserError as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            logging.getLogger("multigpu").debug("user error", exc_info=True)
+            print(f"error: {err}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USER_ERROR)
+
+    return wrapper

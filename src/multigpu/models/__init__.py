@@ -1,0 +1,3 @@
+from multigpu.models.resnet import Residual, resnet18
+
+__all__ = ["Residual", "resnet18"]

@@ -1,0 +1,3 @@
+from multigpu.strategies.single import single_device
+
+__all__ = ["single_device"]

@@ -1,0 +1,17 @@
+"""Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
+
+import hydra
+from omegaconf import DictConfig
+
+from multigpu.cli import report_user_errors
+from multigpu.training import train
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+@report_user_errors
+def main(cfg: DictConfig) -> float | None:
+    return train(cfg).get("test_acc")
+
+
+if __name__ == "__main__":
+    main()
