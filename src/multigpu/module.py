@@ -76,8 +76,15 @@ class ImageClassifier(LightningModule):
         loss = F.cross_entropy(logits, labels)
         self.train_acc(logits.detach(), labels)
         batch_size = labels.numel()
-        self.log("train/loss", loss.detach(), on_epoch=True, sync_dist=True, batch_size=batch_size)
-        self.log("train/acc", self.train_acc, on_epoch=True, batch_size=batch_size)
+        self.log(
+            "train/loss",
+            loss.detach(),
+            on_step=False,
+            on_epoch=True,
+            sync_dist=True,
+            batch_size=batch_size,
+        )
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=batch_size)
         return loss
 
     def _evaluate(self, batch: tuple[Tensor, Tensor], split: str, metric: MulticlassAccuracy):
@@ -105,4 +112,7 @@ class ImageClassifier(LightningModule):
         if not self.hparams.scheduler:
             return optimizer
         scheduler = instantiate(self.hparams.scheduler)(optimizer)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"},
+        }

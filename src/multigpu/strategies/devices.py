@@ -13,7 +13,9 @@ def resolve_accelerator(accelerator: str) -> str:
     if accelerator in ("auto", "gpu"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if accelerator not in ("cpu", "cuda"):
-        raise UserError(f"trainer.accelerator={accelerator!r} is not supported: use auto, cpu or gpu")
+        raise UserError(
+            f"trainer.accelerator={accelerator!r} is not supported: use auto, cpu or gpu"
+        )
     return accelerator
 
 

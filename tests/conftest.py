@@ -1,0 +1,64 @@
+"""Shared helpers: the offline Fashion-MNIST copy, Hydra composition, real ``train.py`` runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CONF = REPO / "conf"
+SHARED_DATA = Path(os.environ.get("MULTIGPU_DATA", REPO.parent / "shared" / "data")).resolve()
+
+# A narrow network on a few samples: whole runs in seconds on two CPU cores.
+TINY = [
+    "model.net.width=4",
+    "trainer.accelerator=cpu",
+    "trainer.max_epochs=1",
+    "data.num_workers=0",
+    "callbacks.progress_bar=null",
+]
+
+
+def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """The config ``train.py`` would see, without Hydra's runtime (so ``output_dir`` is given)."""
+    extra = [f"paths.output_dir={output_dir}"] if output_dir is not None else []
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(config_name="config", overrides=[*overrides, *extra])
+
+
+def run_script(script: str, *args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
+    """Run ``python <script> args`` as a user would, in ``cwd``; return the CompletedProcess."""
+    full_env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **(env or {})}
+    full_env.pop("HYDRA_FULL_ERROR", None)
+    return subprocess.run(
+        [sys.executable, str(REPO / script), *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    raw = SHARED_DATA / "FashionMNIST" / "raw"
+    if not raw.is_dir():
+        pytest.fail(f"offline Fashion-MNIST not found at {raw}: set MULTIGPU_DATA")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def data_root(tmp_path_factory, shared_data) -> Path:
+    """One unpacked copy of the data for the whole session (the shared folder stays untouched)."""
+    from multigpu.data import FashionMNISTDataModule
+
+    root = tmp_path_factory.mktemp("data")
+    FashionMNISTDataModule(root=str(root), source=str(shared_data), download=False).prepare_data()
+    return root

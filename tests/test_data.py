@@ -1,0 +1,136 @@
+"""The data modules on the real offline Fashion-MNIST files, the synthetic set, and bad files."""
+
+from __future__ import annotations
+
+import gzip
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from multigpu.data import FashionMNISTDataModule, SyntheticDataModule
+from multigpu.data.idx import ALL_RAW_FILES
+from multigpu.errors import UserError
+
+
+def read_gz_labels(path: Path) -> np.ndarray:
+    with gzip.open(path, "rb") as f:
+        return np.frombuffer(f.read(), dtype=np.uint8, offset=8)
+
+
+def test_gz_files_are_unpacked_into_a_fresh_root(tmp_path, shared_data):
+    before = sorted(p.name for p in (shared_data / "FashionMNIST" / "raw").iterdir())
+    dm = FashionMNISTDataModule(root=str(tmp_path), source=str(shared_data), download=False)
+    dm.prepare_data()
+    raw = tmp_path / "FashionMNIST" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == sorted(ALL_RAW_FILES)
+    assert sorted(p.name for p in (shared_data / "FashionMNIST" / "raw").iterdir()) == before
+    with gzip.open(shared_data / "FashionMNIST" / "raw" / "t10k-labels-idx1-ubyte.gz") as f:
+        assert (raw / "t10k-labels-idx1-ubyte").read_bytes() == f.read()
+
+
+def test_gz_files_inside_root_are_unpacked_in_place(tmp_path, shared_data):
+    raw = tmp_path / "FashionMNIST" / "raw"
+    shutil.copytree(shared_data / "FashionMNIST" / "raw", raw)
+    FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
+    assert all((raw / name).is_file() for name in ALL_RAW_FILES)
+
+
+def test_fashion_mnist_sizes_labels_and_normalisation(data_root, shared_data):
+    dm = FashionMNISTDataModule(root=str(data_root), download=False, batch_size=500)
+    dm.setup("fit")
+    assert (len(dm.train_set), len(dm.test_set)) == (60_000, 10_000)
+    raw = shared_data / "FashionMNIST" / "raw"
+    for dataset, name in ((dm.train_set, "train"), (dm.test_set, "t10k")):
+        expected = np.bincount(read_gz_labels(raw / f"{name}-labels-idx1-ubyte.gz"), minlength=10)
+        assert torch.bincount(dataset.targets, minlength=10).tolist() == expected.tolist()
+    assert torch.bincount(dm.test_set.targets).tolist() == [1000] * 10
+    images, labels = next(iter(dm.test_dataloader()))
+    assert images.shape == (500, 1, 28, 28) and labels.shape == (500,)
+    assert abs(images.mean().item()) < 0.1 and abs(images.std().item() - 1) < 0.1
+
+
+def test_subsets_and_validation_split_are_seeded_and_disjoint(data_root):
+    def make(seed):
+        dm = FashionMNISTDataModule(
+            root=str(data_root),
+            download=False,
+            train_subset=1000,
+            test_subset=300,
+            val_size=200,
+            seed=seed,
+        )
+        dm.setup("fit")
+        return dm
+
+    a, b, c = make(0), make(0), make(1)
+    assert (len(a.train_set), len(a.val_set), len(a.test_set)) == (800, 200, 300)
+    train_ids = {a.train_set.dataset.indices[i] for i in a.train_set.indices}
+    val_ids = {a.val_set.dataset.indices[i] for i in a.val_set.indices}
+    assert not train_ids & val_ids
+    assert a.train_set.indices == b.train_set.indices != c.train_set.indices
+    assert len(a.val_dataloader()) == 2  # test set first (as d2l), then the validation split
+
+
+def test_synthetic_data_module():
+    dm = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3)
+    dm.setup("fit")
+    images, labels = next(iter(dm.train_dataloader()))
+    assert images.shape == (32, 1, 28, 28) and labels.max() < 10
+    again = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3)
+    again.setup("fit")
+    assert torch.equal(dm.train_set.tensors[0], again.train_set.tensors[0])
+    assert len(dm.test_set) == 40
+
+
+def test_missing_files_name_folder_files_and_source(tmp_path):
+    dm = FashionMNISTDataModule(root=str(tmp_path), download=False)
+    with pytest.raises(UserError) as err:
+        dm.prepare_data()
+    message = str(err.value)
+    assert str(tmp_path / "FashionMNIST" / "raw") in message and "\n" not in message
+    assert all(f"{name}.gz" in message for name in ALL_RAW_FILES)
+    assert "github.com/zalandoresearch/fashion-mnist" in message
+
+
+def copy_raw(shared_data: Path, tmp_path: Path) -> Path:
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ALL_RAW_FILES:
+        shutil.copyfile(shared_data / "FashionMNIST" / "raw" / f"{name}.gz", raw / f"{name}.gz")
+    return raw
+
+
+def test_truncated_gz_names_the_file_and_leaves_no_partial(tmp_path, shared_data):
+    raw = copy_raw(shared_data, tmp_path)
+    bad = raw / "t10k-images-idx3-ubyte.gz"
+    bad.write_bytes(bad.read_bytes()[:100_000])
+    with pytest.raises(UserError, match="t10k-images-idx3-ubyte.gz.*truncated"):
+        FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
+    assert not (raw / "t10k-images-idx3-ubyte").exists()
+    assert not list(raw.glob("*.partial"))
+
+
+def write_gz(path: Path, payload: bytes) -> None:
+    with gzip.open(path, "wb") as f:
+        f.write(payload)
+
+
+@pytest.mark.parametrize(
+    "name,payload,message",
+    [
+        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
+        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 10_000) + bytes(9_000), "truncated"),
+        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 3) + bytes([1, 12, 3]), "label 12"),
+        ("t10k-images-idx3-ubyte", struct.pack(">IIII", 0x0803, 2, 32, 32) + bytes(2048), "size"),
+    ],
+)
+def test_malformed_idx_files_name_the_file(tmp_path, shared_data, name, payload, message):
+    raw = copy_raw(shared_data, tmp_path)
+    write_gz(raw / f"{name}.gz", payload)
+    with pytest.raises(UserError, match=message) as err:
+        FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
+    assert str(raw / name) in str(err.value) and "\n" not in str(err.value)

@@ -1,0 +1,87 @@
+"""Whole runs: ``train(cfg)`` in-process, and ``train.py`` / ``eval.py`` as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import TINY, compose_config, run_script
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from multigpu.checkpoint import load_network
+from multigpu.training import train
+
+
+def test_train_function_with_fast_dev_run(tmp_path):
+    cfg = compose_config([*TINY, "data=synthetic", "trainer.fast_dev_run=true"], tmp_path)
+    summary = train(cfg)
+    assert summary["status"] == "completed" and summary["epochs"] == 1
+    assert 0 <= summary["test_acc"] <= 1
+    assert summary["run"]["strategy"] == "single" and summary["run"]["batch_size"] == 256
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, data_root):
+    """Two short epochs of a narrow network on real data, through ``python train.py``."""
+    run_dir = tmp_path_factory.mktemp("run")
+    result = run_script(
+        "train.py",
+        *TINY,
+        "trainer.max_epochs=2",
+        "data.train_subset=1024",
+        "data.test_subset=1000",
+        "data.batch_size=128",
+        f"data.root={data_root}",
+        f"hydra.run.dir={run_dir}",
+        cwd=run_dir,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return run_dir
+
+
+@pytest.mark.subprocess
+def test_run_leaves_config_events_checkpoint_and_metrics(finished_run):
+    assert (finished_run / ".hydra" / "config.yaml").is_file()
+    assert (finished_run / "checkpoints" / "last.ckpt").is_file()
+    metrics = json.loads((finished_run / "metrics.json").read_text())
+    assert metrics["status"] == "completed" and metrics["epochs"] == 2
+    assert metrics["run"]["batch_size"] == 128 and metrics["run"]["lr"] == 0.1
+    assert metrics["best_test_acc"] >= metrics["history"][0]["test_acc"]
+    assert metrics["epoch_s"] > 0 and metrics["samples_per_s"] > 0
+
+    events = list(finished_run.glob("events.out.tfevents.*"))
+    assert len(events) == 1
+    reader = EventAccumulator(str(events[0]))
+    reader.Reload()
+    tags = set(reader.Tags()["scalars"])
+    expected = {"train/loss", "train/acc", "test/acc", "time/epoch_s", "throughput/samples_per_s"}
+    assert expected <= tags
+    test_acc = [e.value for e in reader.Scalars("test/acc")]
+    assert len(test_acc) == 2
+    assert test_acc[-1] == pytest.approx(metrics["test_acc"], abs=1e-6)
+
+
+@pytest.mark.subprocess
+def test_eval_reports_the_runs_test_accuracy(finished_run, data_root):
+    result = run_script(
+        "eval.py",
+        f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}",
+        f"data.root={data_root}",
+        "data.test_subset=1000",
+        "accelerator=cpu",
+        cwd=finished_run,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    reported = json.loads(result.stdout.strip().splitlines()[-1])
+    metrics = json.loads((finished_run / "metrics.json").read_text())
+    assert reported["samples"] == 1000
+    assert reported["test_acc"] == pytest.approx(metrics["test_acc"], abs=1e-6)
+
+
+def test_checkpoint_loads_into_a_plain_module(finished_run):
+    net = load_network(finished_run / "checkpoints" / "last.ckpt")
+    assert isinstance(net, torch.nn.Sequential)
+    assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    state = torch.load(finished_run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    assert not any(key.startswith("module.") or ".module." in key for key in state)
