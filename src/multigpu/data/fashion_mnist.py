@@ -1,0 +1,90 @@
+"""Fashion-MNIST through torchvision, from a local folder of ``.gz`` or IDX files or downloaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torchvision import transforms
+from torchvision.datasets import FashionMNIST
+
+from multigpu.data.base import ImageDataModule
+from multigpu.data.idx import ALL_RAW_FILES, prepare_raw_folder
+from multigpu.errors import UserError
+
+MEAN, STD = 0.2860, 0.3530
+SOURCE_URL = "https://github.com/zalandoresearch/fashion-mnist#get-the-data"
+
+
+def missing_data_message(raw: Path) -> str:
+    names = ", ".join(f"{name}.gz" for name in ALL_RAW_FILES)
+    return (
+        f"Fashion-MNIST not found in {raw}: put {names} there (from {SOURCE_URL}), "
+        "or point data.source (or MULTIGPU_DATA) at a folder holding FashionMNIST/raw/"
+    )
+
+
+class FashionMNISTDataModule(ImageDataModule):
+    """The 60,000 / 10,000 Fashion-MNIST images as d2l uses them (28x28, one channel)."""
+
+    def __init__(
+        self,
+        root: str = "data",
+        source: str | None = None,
+        download: bool = True,
+        normalize: bool = True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.save_hyperparameters("normalize")  # so eval.py reads images as training did
+        self.root = Path(root).expanduser()
+        self.source = Path(source).expanduser() if source else None
+        self.download = download
+        self.normalize = normalize
+
+    @property
+    def raw_folder(self) -> Path:
+        return self.root / "FashionMNIST" / "raw"
+
+    @property
+    def source_folder(self) -> Path | None:
+        """``<source>/FashionMNIST/raw`` (or ``<source>`` itself when the files lie there)."""
+        if self.source is None:
+            return None
+        nested = self.source / "FashionMNIST" / "raw"
+        return nested if nested.is_dir() else self.source
+
+    def prepare_data(self) -> None:
+        """Make the four IDX files usable in ``root``: unpack ``.gz`` files found in ``root`` or
+        ``source``, else download, else stop with a message saying where to get them."""
+        if self.source is not None and not self.source.is_dir():
+            raise UserError(
+                f"data.source={self.source} is not a folder: point it (or MULTIGPU_DATA) at a "
+                "folder holding FashionMNIST/raw/*.gz, or set it to null"
+            )
+        if prepare_raw_folder(self.raw_folder, self.source_folder):
+            return
+        if not self.download:
+            raise UserError(missing_data_message(self.raw_folder) + " (data.download=false)")
+        try:
+            FashionMNIST(str(self.root), train=True, download=True)
+            FashionMNIST(str(self.root), train=False, download=True)
+        except Exception as err:  # network errors come in many types; all mean the same here
+            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise UserError(
+                missing_data_message(self.raw_folder) + f"; download failed: {reason}"
+            ) from None
+        if not prepare_raw_folder(self.raw_folder):
+            raise UserError(missing_data_message(self.raw_folder))
+
+    def transform(self) -> transforms.Compose:
+        steps = [transforms.ToTensor()]
+        if self.normalize:
+            steps.append(transforms.Normalize((MEAN,), (STD,)))
+        return transforms.Compose(steps)
+
+    def load_datasets(self):
+        self.prepare_data()  # idempotent: cheap when files are in place (also for direct use)
+        transform = self.transform()
+        train = FashionMNIST(str(self.root), train=True, transform=transform, download=False)
+        test = FashionMNIST(str(self.root), train=False, transform=transform, download=False)
+        return train, test

@@ -1,0 +1,131 @@
+"""Reading and checking IDX files (the MNIST format), and unpacking them from ``.gz``.
+
+torchvision reads only the uncompressed files and checks downloads against the official
+checksums; a folder holding only ``.gz`` files (the offline copy, a manual download) is made
+usable here, without any checksum, and every file is checked for shape before training starts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import struct
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from multigpu.errors import UserError
+
+IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions
+LABELS_MAGIC = 0x00000801  # unsigned bytes, 1 dimension
+IMAGE_SHAPE = (28, 28)
+NUM_CLASSES = 10
+
+RAW_FILES = {
+    "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+    "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
+}
+ALL_RAW_FILES = [name for pair in RAW_FILES.values() for name in pair]
+
+
+def read_header(path: Path) -> tuple[int, tuple[int, ...]]:
+    """Return (magic, dims) of an uncompressed IDX file."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+        if len(head) < 4:
+            raise UserError(f"{path}: file too short to be an IDX file; delete it and fetch it again")
+        magic = struct.unpack(">I", head)[0]
+        ndim = magic & 0xFF
+        if magic not in (IMAGES_MAGIC, LABELS_MAGIC):
+            raise UserError(
+                f"{path}: not an IDX file of unsigned bytes (magic number {magic:#010x}, "
+                f"expected {IMAGES_MAGIC:#010x} or {LABELS_MAGIC:#010x}); fetch it again"
+            )
+        raw_dims = f.read(4 * ndim)
+        if len(raw_dims) < 4 * ndim:
+            raise UserError(f"{path}: truncated IDX header; delete it and fetch it again")
+        return magic, struct.unpack(f">{ndim}I", raw_dims)
+
+
+def check_idx(path: Path, kind: str) -> int:
+    """Check magic number, dimensions and size of an images or labels file; return its count."""
+    magic, dims = read_header(path)
+    expected = IMAGES_MAGIC if kind == "images" else LABELS_MAGIC
+    if magic != expected:
+        raise UserError(
+            f"{path}: magic number {magic:#010x} is not that of an IDX {kind} file "
+            f"({expected:#010x}); the file is misnamed or corrupt, fetch it again"
+        )
+    if kind == "images" and tuple(dims[1:]) != IMAGE_SHAPE:
+        raise UserError(f"{path}: images of size {dims[1:]}, expected {IMAGE_SHAPE}; wrong file?")
+    header = 4 + 4 * len(dims)
+    expected_size = header + int(np.prod(dims))
+    actual_size = path.stat().st_size
+    if actual_size != expected_size:
+        raise UserError(
+            f"{path}: {actual_size} bytes, but its header announces {expected_size}; "
+            "the file is truncated or corrupt, delete it and fetch it again"
+        )
+    if kind == "labels":
+        labels = np.fromfile(path, dtype=np.uint8, offset=header)
+        if labels.size and labels.max() >= NUM_CLASSES:
+            bad = int(labels.max())
+            raise UserError(f"{path}: label {bad} outside 0-{NUM_CLASSES - 1}; the file is corrupt")
+    return int(dims[0])
+
+
+def gunzip(source: Path, target: Path) -> None:
+    """Unpack ``source`` into ``target`` atomically, so a failure never leaves half a file."""
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with gzip.open(source, "rb") as f_in, open(partial, "wb") as f_out:
+            while chunk := f_in.read(1 << 20):
+                f_out.write(chunk)
+    except (OSError, EOFError, zlib.error) as err:
+        partial.unlink(missing_ok=True)
+        raise UserError(
+            f"{source}: cannot be unpacked ({err}); the file is truncated or corrupt, "
+            "delete it and fetch it again"
+        ) from None
+    os.replace(partial, target)
+
+
+def _fill(target: Path, folders: list[Path]) -> None:
+    """Put ``target`` in place from the first folder holding it, unpacked or as ``.gz``."""
+    for folder in folders:
+        plain, packed = folder / target.name, folder / (target.name + ".gz")
+        if plain.exists() and plain != target:
+            partial = target.with_name(target.name + ".partial")
+            shutil.copyfile(plain, partial)
+            os.replace(partial, target)
+            return
+        if packed.exists():
+            gunzip(packed, target)
+            return
+
+
+def prepare_raw_folder(raw: Path, source: Path | None = None) -> bool:
+    """Fill ``raw`` with the four IDX files, unpacking ``.gz`` found in ``raw`` or ``source``
+    (a read-only offline copy stays untouched), then check them all.
+
+    Returns False when some file is found nowhere, True when all four are usable.
+    """
+    folders = [raw] + ([source] if source is not None else [])
+    for name in ALL_RAW_FILES:
+        target = raw / name
+        if not target.exists():
+            raw.mkdir(parents=True, exist_ok=True)
+            _fill(target, folders)
+    if not all((raw / name).exists() for name in ALL_RAW_FILES):
+        return False
+    for images, labels in RAW_FILES.values():
+        n_images = check_idx(raw / images, "images")
+        n_labels = check_idx(raw / labels, "labels")
+        if n_images != n_labels:
+            raise UserError(
+                f"{raw / images} holds {n_images} images but {raw / labels} {n_labels} labels; "
+                "the pair does not belong together, fetch both again"
+            )
+    return True
