@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multigpu.build import build
 from multigpu.callbacks import EpochTimer, MetricsFile
+from multigpu.strategies import trainer_devices
 
 
 def run_settings(cfg: DictConfig, strategy_name: str) -> dict[str, Any]:
@@ -55,6 +56,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     trainer = build(
         cfg.trainer,
         strategy=strategy,
+        devices=trainer_devices(strategy, cfg.trainer.accelerator, cfg.trainer.devices),
         callbacks=[timer, metrics, *callbacks],
         logger=logger,
         _convert_="all",

@@ -35,7 +35,9 @@ def read_header(path: Path) -> tuple[int, tuple[int, ...]]:
     with open(path, "rb") as f:
         head = f.read(4)
         if len(head) < 4:
-            raise UserError(f"{path}: file too short to be an IDX file; delete it and fetch it again")
+            raise UserError(
+                f"{path}: file too short to be an IDX file; delete it and fetch it again"
+            )
         magic = struct.unpack(">I", head)[0]
         ndim = magic & 0xFF
         if magic not in (IMAGES_MAGIC, LABELS_MAGIC):

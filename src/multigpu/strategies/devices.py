@@ -62,3 +62,15 @@ def check_available(accelerator: str, ids: list[int]) -> None:
             f"trainer.devices asks for CUDA device(s) {missing}, but this machine has {have} "
             f"(ids 0-{have - 1}): use fewer devices, or trainer.accelerator=cpu"
         )
+
+
+def trainer_devices(strategy: object, accelerator: str, devices: int | str | Sequence[int]):
+    """The ``devices`` argument for Lightning's ``Trainer``.
+
+    Strategies that carry their own device list (single, dp, scatter_allreduce) need nothing
+    from it; for DDP, Lightning wants a count on the CPU and ids on CUDA.
+    """
+    if getattr(strategy, "parallel_devices", None) or not hasattr(strategy, "parallel_devices"):
+        return 1
+    ids = device_ids(devices)
+    return ids if resolve_accelerator(accelerator) == "cuda" else len(ids)
