@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 from pytorch_lightning import LightningDataModule
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from multigpu.errors import UserError
 
@@ -99,11 +99,22 @@ class ImageDataModule(LightningDataModule):
         return self.batch_size // processes
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        """Under DDP each process reads its own shard through a ``DistributedSampler`` made
+        here, so that ``data.shuffle`` and ``data.seed`` mean the same under every strategy
+        (Lightning's own sampler would always shuffle the training set)."""
+        trainer = self.trainer
+        sampler, generator = None, None
+        if trainer is not None and trainer.world_size > 1:
+            sampler = DistributedSampler(
+                dataset, trainer.world_size, trainer.global_rank, shuffle=shuffle, seed=self.seed
+            )
+        elif shuffle:
+            generator = torch.Generator().manual_seed(self.seed)
         return DataLoader(
             dataset,
             batch_size=self.per_process_batch_size,
-            shuffle=shuffle,
+            shuffle=shuffle if sampler is None else None,
+            sampler=sampler,
             generator=generator,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,

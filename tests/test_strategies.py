@@ -1,0 +1,165 @@
+"""Every strategy computes what one device computes on the full batch.
+
+BatchNorm-free network (``norm=none``), SGD with momentum, unshuffled synthetic data whose last
+batch is smaller than the others: K optimizer steps under each strategy must end with the same
+parameters as one device, to 1e-5.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from conftest import compose_config, run_script
+
+from multigpu.build import build
+from multigpu.training import train
+
+BATCH, SAMPLES = 32, 80  # steps of 32, 32, 16: K = 3 per epoch, the last one uneven
+EXACT = [
+    "data=synthetic",
+    f"data.num_train={SAMPLES}",
+    "data.num_test=32",
+    f"data.batch_size={BATCH}",
+    "data.shuffle=false",
+    "data.num_workers=0",
+    "model.net.width=4",
+    "model.net.norm=none",
+    "model.net.init_std=null",
+    "model.optimizer.lr=0.05",
+    "model.optimizer.momentum=0.9",
+    "trainer.accelerator=cpu",
+    "trainer.max_epochs=1",
+    "callbacks.progress_bar=null",
+]
+
+
+def run(tmp_path, name: str, *overrides: str) -> tuple[dict, dict]:
+    """Train in-process; return the checkpoint's state dict and ``metrics.json``."""
+    out = tmp_path / name
+    train(compose_config([*EXACT, *overrides], out))
+    state = torch.load(out / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    return state, json.loads((out / "metrics.json").read_text())
+
+
+def assert_same_parameters(actual: dict, expected: dict, initial: dict | None = None) -> None:
+    assert actual.keys() == expected.keys()
+    for key in expected:
+        torch.testing.assert_close(
+            actual[key], expected[key], rtol=0, atol=1e-5, msg=lambda m, k=key: f"{k}: {m}"
+        )
+    if initial is not None:  # the runs did move: equality is not the trivial kind
+        moved = max((expected[k] - initial[k]).abs().max().item() for k in expected)
+        assert moved > 1e-3
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("single")
+    state, metrics = run(tmp, "single")
+    return state, metrics, initial_state(tmp)
+
+
+def initial_state(tmp_path) -> dict:
+    """The parameters before training: the module built after the same seeding as ``train``."""
+    cfg = compose_config(EXACT, tmp_path)
+    pl.seed_everything(cfg.seed, verbose=False)
+    return build(cfg.model, _recursive_=False).state_dict()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["strategy=scatter_allreduce", "trainer.devices=2"],
+        ["strategy=scatter_allreduce", "trainer.devices=3"],
+        [
+            "strategy=scatter_allreduce",
+            "trainer.devices=4",
+            "data.batch_size=30",
+            "data.num_train=75",
+        ],
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[0.6,0.4]"],
+        ["strategy=scatter_allreduce", "trainer.devices=[2,3]"],
+        ["strategy=dp", "trainer.devices=1"],
+    ],
+    ids=["scatter2", "scatter3", "scatter4-batch30", "weighted", "device-list", "dp1"],
+)
+def test_strategy_matches_one_device(tmp_path, reference, overrides):
+    expected, expected_metrics, initial = reference
+    if "data.batch_size=30" in overrides:  # its own single-device reference
+        expected, expected_metrics = run(tmp_path, "single30", *overrides[2:])
+    state, metrics = run(tmp_path, "strategy", *overrides)
+    assert_same_parameters(state, expected, initial)
+    # The logged loss is the full-batch loss, not one shard's.
+    assert metrics["train_loss"] == pytest.approx(expected_metrics["train_loss"], abs=1e-5)
+    assert metrics["run"]["strategy"] == overrides[0].split("=")[1]
+
+
+def test_batch_smaller_than_devices_runs_on_fewer(tmp_path):
+    small = ["data.batch_size=3", "data.num_train=7", "trainer.devices=4"]
+    expected, _ = run(tmp_path, "single", *small[:2])
+    state, _ = run(tmp_path, "scatter", "strategy=scatter_allreduce", *small)
+    assert_same_parameters(state, expected)
+
+
+def test_on_after_backward_sees_the_summed_gradient(tmp_path):
+    probe = "+callbacks.probe._target_=probes.GradientProbe"
+    run(tmp_path, "single", probe, f"+callbacks.probe.path={tmp_path / 'single.pt'}")
+    run(
+        tmp_path,
+        "scatter",
+        "strategy=scatter_allreduce",
+        "trainer.devices=3",
+        probe,
+        f"+callbacks.probe.path={tmp_path / 'scatter.pt'}",
+    )
+    expected, actual = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "scatter.pt")
+    for key in expected:
+        torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-7, msg=key)
+
+
+def test_checkpoints_resume_across_strategies(tmp_path):
+    two_epochs = "trainer.max_epochs=2"
+    expected, _ = run(tmp_path, "straight", two_epochs)
+    run(tmp_path, "first", "strategy=scatter_allreduce", "trainer.devices=2")
+    first = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    state, _ = run(tmp_path, "resumed_single", two_epochs, f"ckpt_path={first}")
+    assert_same_parameters(state, expected)
+    run(tmp_path, "first_single", "strategy=single")
+    first_single = tmp_path / "first_single" / "checkpoints" / "last.ckpt"
+    state, _ = run(
+        tmp_path,
+        "resumed_scatter",
+        two_epochs,
+        "strategy=scatter_allreduce",
+        "trainer.devices=3",
+        f"ckpt_path={first_single}",
+    )
+    assert_same_parameters(state, expected)
+
+
+@pytest.mark.distributed
+@pytest.mark.subprocess
+def test_ddp_two_processes_match_one_device(tmp_path, reference):
+    expected, expected_metrics, initial = reference
+    result = run_script(
+        "train.py",
+        *EXACT,
+        "strategy=ddp",
+        "trainer.devices=2",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    assert_same_parameters(state, expected, initial)
+    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    assert metrics["run"]["strategy"] == "ddp" and metrics["status"] == "completed"
+    assert metrics["train_loss"] == pytest.approx(expected_metrics["train_loss"], abs=1e-5)
+    # A DDP checkpoint resumes on one device.
+    resumed, _ = run(tmp_path, "resumed", "trainer.max_epochs=2", f"ckpt_path={ckpt}")
+    straight, _ = run(tmp_path, "straight", "trainer.max_epochs=2")
+    assert_same_parameters(resumed, straight)
