@@ -1,0 +1,133 @@
+"""Device lists, the split/reduce/broadcast pieces, and the strategies' configuration errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import TINY, compose_config, run_script
+from multigpu.errors import UserError
+from multigpu.strategies import data_parallel, scatter_allreduce, trainer_devices
+from multigpu.strategies.comm import broadcast_coalesced, gather, reduce_add_coalesced, scatter
+from multigpu.strategies.comm import split_sizes
+from multigpu.strategies.devices import device_ids
+from multigpu.training import build_strategy
+
+
+@pytest.mark.parametrize(
+    "devices,ids",
+    [(1, [0]), (3, [0, 1, 2]), ([2, 3], [2, 3]), ("2,3", [2, 3]), ("[0,1]", [0, 1]), ("2", [0, 1])],
+)
+def test_device_ids(devices, ids):
+    assert device_ids(devices) == ids
+
+
+@pytest.mark.parametrize("devices", [0, -2, [], [-1], "two", True, [0.5]])
+def test_bad_device_values_name_the_value(devices):
+    with pytest.raises(UserError, match="trainer.devices"):
+        device_ids(devices)
+
+
+def test_device_list_from_the_command_line_builds_replicas(tmp_path):
+    cfg = compose_config(
+        ["strategy=scatter_allreduce", "trainer.accelerator=cpu", "trainer.devices=[2,3]"], tmp_path
+    )
+    name, strategy = build_strategy(cfg)
+    assert name == "scatter_allreduce" and len(strategy.parallel_devices) == 2
+    assert trainer_devices(strategy, "cpu", cfg.trainer.devices) == 1
+
+
+def test_ddp_trainer_devices_are_a_count_on_cpu(tmp_path):
+    cfg = compose_config(
+        ["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=[0,1]"], tmp_path
+    )
+    _, strategy = build_strategy(cfg)
+    assert trainer_devices(strategy, "cpu", cfg.trainer.devices) == 2
+    spawn = compose_config(["strategy=ddp_spawn"], tmp_path)
+    assert spawn.strategy.start_method == "spawn" and spawn.strategy.name == "ddp_spawn"
+
+
+@pytest.mark.parametrize("total,parts", [(30, 4), (32, 3), (16, 3), (3, 4), (1, 2), (257, 8)])
+def test_even_split_covers_the_batch_and_differs_by_at_most_one(total, parts):
+    sizes = split_sizes(total, parts)
+    assert len(sizes) == parts and sum(sizes) == total
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)
+
+
+@pytest.mark.parametrize("weights", [[0.6, 0.4], [3, 1, 0], [0.2, 0.3, 0.5]])
+def test_weighted_split_follows_the_weights(weights):
+    total = 1000
+    sizes = split_sizes(total, len(weights), weights)
+    assert sum(sizes) == total
+    for size, weight in zip(sizes, weights, strict=True):
+        assert abs(size - total * weight / sum(weights)) < 1
+
+
+def test_scatter_gather_round_trip_keeps_gradients():
+    x = torch.randn(10, 3, requires_grad=True)
+    cpu = torch.device("cpu")
+    shards = scatter(x, [4, 3, 3], [cpu, cpu, cpu])
+    assert [len(s) for s in shards] == [4, 3, 3]
+    y = gather([s * (i + 1) for i, s in enumerate(shards)], cpu)
+    y.sum().backward()
+    assert x.grad[:4].eq(1).all() and x.grad[4:7].eq(2).all() and x.grad[7:].eq(3).all()
+
+
+def test_coalesced_reduce_and_broadcast_match_per_tensor_ones():
+    groups = [[torch.randn(3, 2), torch.randn(5)] for _ in range(3)]
+    total = reduce_add_coalesced(groups, torch.device("cpu"))
+    expected = torch.cat([sum(g[i] for g in groups).flatten() for i in range(2)])
+    torch.testing.assert_close(total, expected)
+    source = [torch.randn(3, 2), torch.randn(5)]
+    targets = [[torch.zeros(3, 2), torch.zeros(5)] for _ in range(2)]
+    broadcast_coalesced(source, targets)
+    for target in targets:
+        assert all(torch.equal(a, b) for a, b in zip(target, source, strict=True))
+
+
+@pytest.mark.parametrize(
+    "weights,message",
+    [([1.0], "1 entries for 2 devices"), ([0.5, -0.5], ">= 0"), ([0, 0], "sum to 0")],
+)
+def test_bad_split_weights(weights, message):
+    with pytest.raises(UserError, match=message):
+        scatter_allreduce("cpu", 2, split_weights=weights)
+
+
+def test_dp_on_cpu_runs_one_device_and_refuses_two():
+    assert data_parallel("cpu", 1).root_device == torch.device("cpu")
+    with pytest.raises(UserError, match="DataParallel needs CUDA.*scatter_allreduce.*ddp"):
+        data_parallel("cpu", 2)
+
+
+@pytest.mark.subprocess
+def test_dp_with_two_cpu_devices_is_one_line_from_train_py(tmp_path):
+    result = run_script("train.py", *TINY, "strategy=dp", "trainer.devices=2", cwd=tmp_path)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "DataParallel needs CUDA" in lines[0]
+    assert "scatter_allreduce" in lines[0] and "ddp" in lines[0]
+    assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("*.ckpt"))
+
+
+@pytest.mark.subprocess
+def test_trace_shapes_shows_the_scatter(tmp_path):
+    result = run_script(
+        "train.py",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=30",
+        "data.batch_size=30",
+        "trainer.max_steps=1",
+        "strategy=scatter_allreduce",
+        "trainer.devices=4",
+        "strategy.trace_shapes=true",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    text = result.stdout + result.stderr
+    for i, size in enumerate([8, 8, 7, 7]):
+        assert f"replica {i} on cpu: input ({size}, 1, 28, 28), output ({size}, 10)" in text
+    assert "gathered on cpu: (30, 10)" in text
