@@ -1,17 +1,22 @@
 """Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
+from multigpu.sweep import exit_status, keep_sweeping
 from multigpu.training import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 @report_user_errors
+@keep_sweeping
 def main(cfg: DictConfig) -> float | None:
     return train(cfg).get("test_acc")
 
 
 if __name__ == "__main__":
     main()
+    sys.exit(exit_status())

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import TINY, compose_config, run_script
+
 from multigpu.errors import UserError
 from multigpu.strategies import data_parallel, scatter_allreduce, trainer_devices
-from multigpu.strategies.comm import broadcast_coalesced, gather, reduce_add_coalesced, scatter
-from multigpu.strategies.comm import split_sizes
+from multigpu.strategies.comm import (
+    broadcast_coalesced,
+    gather,
+    reduce_add_coalesced,
+    scatter,
+    split_sizes,
+)
 from multigpu.strategies.devices import device_ids
 from multigpu.training import build_strategy
 

@@ -15,6 +15,7 @@ import torch
 from conftest import compose_config, run_script
 
 from multigpu.build import build
+from multigpu.scaling import apply_scaling_rules
 from multigpu.training import train
 
 BATCH, SAMPLES = 32, 80  # steps of 32, 32, 16: K = 3 per epoch, the last one uneven
@@ -65,6 +66,7 @@ def reference(tmp_path_factory):
 def initial_state(tmp_path) -> dict:
     """The parameters before training: the module built after the same seeding as ``train``."""
     cfg = compose_config(EXACT, tmp_path)
+    apply_scaling_rules(cfg)
     pl.seed_everything(cfg.seed, verbose=False)
     return build(cfg.model, _recursive_=False).state_dict()
 

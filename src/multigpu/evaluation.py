@@ -31,6 +31,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     checkpoint = load_checkpoint(cfg.ckpt_path)
     data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
+    data_cfg.pop("batch_size_per_device", None)  # a training-time scaling rule
     if data_cfg.get("normalize", "absent") is None:
         trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
         data_cfg["normalize"] = trained_with.get("normalize", True)

@@ -41,7 +41,9 @@ class ImageClassifier(LightningModule):
         super().__init__()
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         check_optimizer(optimizer)
-        self.save_hyperparameters({"net": net, "optimizer": optimizer, "scheduler": scheduler})
+        self.save_hyperparameters(
+            {"net": net, "optimizer": optimizer, "scheduler": scheduler}, logger=False
+        )
         try:
             self.net = instantiate(net)
         except Exception as err:  # Hydra wraps the network's own ValueError

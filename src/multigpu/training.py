@@ -9,7 +9,8 @@ import pytorch_lightning as pl
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.build import build
-from multigpu.callbacks import EpochTimer, MetricsFile
+from multigpu.callbacks import EpochTimer, HParamsSummary, MetricsFile
+from multigpu.scaling import apply_scaling_rules
 from multigpu.strategies import trainer_devices
 
 
@@ -41,6 +42,7 @@ def build_strategy(cfg: DictConfig) -> tuple[str, Any]:
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate as configured; return the final metrics (also in ``metrics.json``)."""
+    apply_scaling_rules(cfg)
     if cfg.get("seed") is not None:
         pl.seed_everything(cfg.seed, workers=True, verbose=False)
     output_dir = Path(cfg.paths.output_dir)
@@ -57,7 +59,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         cfg.trainer,
         strategy=strategy,
         devices=trainer_devices(strategy, cfg.trainer.accelerator, cfg.trainer.devices),
-        callbacks=[timer, metrics, *callbacks],
+        callbacks=[timer, metrics, HParamsSummary(metrics), *callbacks],
         logger=logger,
         _convert_="all",
     )

@@ -1,7 +1,8 @@
 """``metrics.json``: the final and per-epoch results of a run, the interface reports read.
 
-Keys (``schema`` 1): ``status``, ``test_acc``, ``best_test_acc``, ``best_epoch``, ``train_loss``,
-``train_acc``, ``val_acc`` (null without a validation split), ``epoch_s`` (median),
+Keys (``schema`` 1): ``status``, ``reason`` (why a job failed), ``test_acc``,
+``best_test_acc``, ``best_epoch``, ``train_loss``, ``train_acc``, ``val_acc`` (null without a
+validation split), ``epoch_s`` (median),
 ``samples_per_s`` (median), ``epochs``, ``history`` (one entry per epoch), and the run's
 settings under ``run`` (strategy, devices, global batch size, lr, ...).
 """
@@ -56,6 +57,7 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any], status: str) -
         "epoch_s": _median([h["epoch_s"] for h in history if h.get("epoch_s")]),
         "samples_per_s": _median([h["samples_per_s"] for h in history if h.get("samples_per_s")]),
         "epochs": len(history),
+        "reason": None,
         "run": run,
         "history": history,
     }
@@ -84,6 +86,11 @@ class MetricsFile(Callback):
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
         status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
         self.write(trainer, status)
+
+    @property
+    def current(self) -> dict[str, Any]:
+        """The summary as it stands now (what ``metrics.json`` holds after this epoch)."""
+        return summarize(self.history, self.run, "running")
 
     def write(self, trainer: Trainer, status: str) -> None:
         if trainer.is_global_zero:

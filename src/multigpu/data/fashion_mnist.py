@@ -35,11 +35,16 @@ class FashionMNISTDataModule(ImageDataModule):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.save_hyperparameters("normalize")  # so eval.py reads images as training did
+        # Stored in checkpoints, so that eval.py reads images as training did.
+        self.save_hyperparameters("normalize", logger=False)
         self.root = Path(root).expanduser()
         self.source = Path(source).expanduser() if source else None
         self.download = download
         self.normalize = normalize
+
+    @property
+    def class_names(self) -> list[str]:
+        return list(FashionMNIST.classes)
 
     @property
     def raw_folder(self) -> Path:

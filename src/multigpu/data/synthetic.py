@@ -24,6 +24,10 @@ class SyntheticDataModule(ImageDataModule):
         self.num_test = num_test
         self.num_classes = num_classes
 
+    @property
+    def class_names(self) -> list[str]:
+        return [f"class {i}" for i in range(self.num_classes)]
+
     def load_datasets(self):
         train = random_images(self.num_train, self.num_classes, self.seed)
         test = random_images(self.num_test, self.num_classes, self.seed + 1)

@@ -1,0 +1,32 @@
+"""``python -m multigpu.report <sweep dir>``: (re)write a sweep's summary and plots."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from multigpu.report.summary import to_text, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multigpu.report", description=__doc__)
+    parser.add_argument("sweep_dir", type=Path, help="e.g. outputs/multirun/<date>/<time>")
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
+        return 2
+    if not any(args.sweep_dir.rglob("metrics.json")):
+        print(
+            f"error: no metrics.json below {args.sweep_dir}: pass a folder holding finished jobs",
+            file=sys.stderr,
+        )
+        return 2
+    rows = write_report(args.sweep_dir)
+    print(to_text(rows), end="")
+    print(f"wrote summary.csv, summary.md, test_acc.png, scaling.png in {args.sweep_dir}")
+    return 1 if any(r["status"] != "completed" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

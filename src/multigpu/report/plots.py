@@ -1,0 +1,85 @@
+"""The sweep's two pictures: test accuracy per epoch, and throughput/speedup per device count."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from multigpu.report.summary import device_count  # noqa: E402
+
+
+def job_label(job: dict[str, Any]) -> str:
+    run = job.get("run", {})
+    devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
+    return (
+        f"{run.get('strategy')} x{devices}, batch {run.get('batch_size')}, lr {run.get('lr'):g}"
+        if isinstance(run.get("lr"), (int, float))
+        else f"{run.get('strategy')} x{devices}"
+    )
+
+
+def plot_test_accuracy(jobs: list[dict[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for job in jobs:
+        history = [h for h in job.get("history", []) if h.get("test_acc") is not None]
+        if history:
+            epochs = [h["epoch"] + 1 for h in history]
+            ax.plot(epochs, [h["test_acc"] for h in history], marker="o", label=job_label(job))
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Test accuracy per epoch")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no finished epoch", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """One line per strategy and setting: the same global batch and lr across device counts,
+    or, when a sweep scaled them with the devices, the same per-device batch and lr per sample."""
+    fixed: dict[str, list[dict]] = defaultdict(list)
+    scaled: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        fixed[f"{r['strategy']}, batch {r['batch_size']}, lr {r['lr']:g}"].append(r)
+        per_device = r["batch_size"] // max(r["devices"], 1)
+        lr_per_256 = r["lr"] / r["batch_size"] * 256
+        scaled[f"{r['strategy']}, {per_device}/device, lr {lr_per_256:g} per 256"].append(r)
+    if any(len(v) > 1 for v in fixed.values()) or not any(len(v) > 1 for v in scaled.values()):
+        return fixed
+    return scaled
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    """Throughput (left) and speedup with the ideal line (right) against device count."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    lines = scaling_lines([r for r in rows if r["status"] == "completed" and r["samples_per_s"]])
+    top = 1
+    for label, items in sorted(lines.items()):
+        items.sort(key=lambda r: r["devices"])
+        devices = [r["devices"] for r in items]
+        left.plot(devices, [r["samples_per_s"] for r in items], "o-", label=label)
+        sped = [r for r in items if r["speedup"] is not None]
+        if sped:
+            speedups = [r["speedup"] for r in sped]
+            right.plot([r["devices"] for r in sped], speedups, "o-", label=label)
+        top = max(top, *devices)
+    right.plot([1, top], [1, top], "k--", label="ideal")
+    left.set(xlabel="devices", ylabel="samples / s", title="Throughput")
+    right.set(xlabel="devices", ylabel="speedup vs 1 device", title="Speedup")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_xticks(range(1, top + 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,148 @@
+"""One row per job of a sweep, with speedup against the matching one-device job."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from multigpu.strategies.devices import device_ids
+
+COLUMNS = [
+    "job",
+    "status",
+    "strategy",
+    "devices",
+    "batch_size",
+    "lr",
+    "precision",
+    "epochs",
+    "test_acc",
+    "best_test_acc",
+    "epoch_s",
+    "samples_per_s",
+    "speedup",
+    "efficiency",
+    "reason",
+]
+# What makes two jobs comparable, apart from the device count (and the batch and lr that
+# scaling rules derive from it).
+SETTINGS = ("accelerator", "num_nodes", "precision", "width", "norm", "max_epochs", "seed", "data")
+
+
+def device_count(devices: Any) -> int:
+    try:
+        return len(device_ids(devices))
+    except Exception:
+        return 0
+
+
+def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Every ``metrics.json`` below ``sweep_dir``, in job order."""
+    sweep_dir = Path(sweep_dir)
+    jobs = []
+    for path in sweep_dir.rglob("metrics.json"):
+        metrics = json.loads(path.read_text())
+        metrics["job"] = str(path.parent.relative_to(sweep_dir))
+        jobs.append(metrics)
+    return sorted(jobs, key=lambda m: (len(m["job"]), m["job"]))
+
+
+def _baseline(job: dict, candidates: list[dict]) -> dict | None:
+    """The one-device job that differs from ``job`` in as little as possible."""
+    run = job["run"]
+    same = [c for c in candidates if all(c["run"].get(k) == run.get(k) for k in SETTINGS)]
+    for keys in (("strategy", "batch_size", "lr"), ("batch_size", "lr"), ("strategy",), ()):
+        matches = [c for c in same if all(c["run"].get(k) == run.get(k) for k in keys)]
+        if matches:
+            return matches[0]
+    return None
+
+
+def summarize_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    single = [
+        j
+        for j in jobs
+        if j.get("status") == "completed"
+        and device_count(j["run"].get("devices")) == 1
+        and j["run"].get("num_nodes", 1) == 1
+        and j.get("samples_per_s")
+    ]
+    rows = []
+    for job in jobs:
+        run = job.get("run", {})
+        devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
+        row = {
+            "job": job["job"],
+            "status": job.get("status"),
+            "strategy": run.get("strategy"),
+            "devices": devices,
+            "batch_size": run.get("batch_size"),
+            "lr": run.get("lr"),
+            "precision": run.get("precision"),
+            "epochs": job.get("epochs"),
+            "test_acc": job.get("test_acc"),
+            "best_test_acc": job.get("best_test_acc"),
+            "epoch_s": job.get("epoch_s"),
+            "samples_per_s": job.get("samples_per_s"),
+            "speedup": None,
+            "efficiency": None,
+            "reason": job.get("reason") or "",
+        }
+        base = _baseline(job, single) if job.get("samples_per_s") else None
+        if base is not None:
+            row["speedup"] = job["samples_per_s"] / base["samples_per_s"]
+            row["efficiency"] = row["speedup"] / devices if devices else None
+        rows.append(row)
+    return rows
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def to_csv(rows: list[dict[str, Any]]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+    return out.getvalue()
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    columns = [c for c in COLUMNS if c != "reason" or any(r["reason"] for r in rows)]
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_text(rows: list[dict[str, Any]]) -> str:
+    """A fixed-width table for the terminal."""
+    columns = [c for c in COLUMNS if c != "reason" or any(r["reason"] for r in rows)]
+    cells = [[_cell(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in lines) + "\n"
+
+
+def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Write ``summary.csv``, ``summary.md``, ``test_acc.png`` and ``scaling.png``."""
+    from multigpu.report.plots import plot_scaling, plot_test_accuracy
+
+    sweep_dir = Path(sweep_dir)
+    jobs = load_jobs(sweep_dir)
+    rows = summarize_jobs(jobs)
+    (sweep_dir / "summary.csv").write_text(to_csv(rows))
+    (sweep_dir / "summary.md").write_text(to_markdown(rows))
+    plot_test_accuracy(jobs, sweep_dir / "test_acc.png")
+    plot_scaling(rows, sweep_dir / "scaling.png")
+    return rows
