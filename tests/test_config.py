@@ -69,4 +69,8 @@ def test_logger_and_callbacks_instantiate(tmp_path):
         assert instantiate(cfg.logger).save_dir == str(tmp_path)
     cfg = compose_config(["callbacks=default"], output_dir=tmp_path)
     built = [instantiate(c) for c in cfg.callbacks.values()]
-    assert {type(c).__name__ for c in built} == {"ModelCheckpoint", "TQDMProgressBar", "TestSetFigures"}
+    assert {type(c).__name__ for c in built} == {
+        "ModelCheckpoint",
+        "TQDMProgressBar",
+        "TestSetFigures",
+    }

@@ -64,7 +64,7 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
             record_failure(Path(HydraConfig.get().runtime.output_dir), reason, run)
             print(f"error: job {HydraConfig.get().job.num} failed: {reason}", file=sys.stderr)
             SweepReport.failed_jobs += 1
-            return None
+            return float("nan")  # Optuna records a NaN objective as a failed trial
 
     return wrapper
 

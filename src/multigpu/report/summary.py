@@ -50,12 +50,35 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
     return sorted(jobs, key=lambda m: (len(m["job"]), m["job"]))
 
 
+def _traits(job: dict) -> dict[str, Any]:
+    """The run settings plus what scaling rules keep fixed: per-device batch, lr per sample."""
+    run = job["run"]
+    traits = dict(run)
+    devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
+    if run.get("batch_size") and run.get("lr") is not None and devices:
+        traits["per_device"] = run["batch_size"] / devices
+        traits["lr_per_sample"] = round(run["lr"] / run["batch_size"], 15)
+    return traits
+
+
+# Closest first: the same batch and lr; else the same per-device batch and lr per sample (a
+# sweep with scaling rules); else any one-device job with the same strategy and settings.
+MATCH_ORDER = (
+    ("strategy", "batch_size", "lr"),
+    ("batch_size", "lr"),
+    ("strategy", "per_device", "lr_per_sample"),
+    ("per_device", "lr_per_sample"),
+    ("strategy",),
+    (),
+)
+
+
 def _baseline(job: dict, candidates: list[dict]) -> dict | None:
     """The one-device job that differs from ``job`` in as little as possible."""
-    run = job["run"]
-    same = [c for c in candidates if all(c["run"].get(k) == run.get(k) for k in SETTINGS)]
-    for keys in (("strategy", "batch_size", "lr"), ("batch_size", "lr"), ("strategy",), ()):
-        matches = [c for c in same if all(c["run"].get(k) == run.get(k) for k in keys)]
+    traits = _traits(job)
+    same = [c for c in candidates if all(c["run"].get(k) == traits.get(k) for k in SETTINGS)]
+    for keys in MATCH_ORDER:
+        matches = [c for c in same if all(_traits(c).get(k) == traits.get(k) for k in keys)]
         if matches:
             return matches[0]
     return None

@@ -1,0 +1,260 @@
+"""Multirun sweeps through ``python train.py -m``, their report, and TensorBoard over HTTP."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import matplotlib.image
+import pytest
+from conftest import CONF, TINY, compose_config, run_script
+from hydra import compose, initialize_config_dir
+
+from multigpu.scaling import apply_scaling_rules
+
+pytestmark = pytest.mark.subprocess
+
+SWEEP = [
+    *TINY,
+    "data=synthetic",
+    "data.num_train=128",
+    "data.num_test=64",
+    "data.batch_size_per_device=32",
+    "model.lr_scaling.rule=linear",
+    "model.lr_scaling.base_batch=32",
+    "trainer.max_epochs=2",
+    "strategy=scatter_allreduce",
+]
+
+
+def read_summary(sweep: Path) -> list[dict[str, str]]:
+    with open(sweep / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def assert_png(path: Path) -> None:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert height > 100 and width > 100
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """4 jobs: devices 1,2 x base lr 0.05,0.1, batch and lr scaled with the devices."""
+    root = tmp_path_factory.mktemp("sweep")
+    result = run_script(
+        "train.py",
+        "-m",
+        *SWEEP,
+        "trainer.devices=1,2",
+        "model.optimizer.lr=0.05,0.1",
+        f"hydra.sweep.dir={root}",
+        cwd=root,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "speedup" in result.stdout  # the table is printed at the end
+    return root
+
+
+def test_every_job_has_its_own_complete_folder(sweep):
+    jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
+    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
+    for job in jobs:
+        assert (job / ".hydra" / "config.yaml").is_file()
+        assert (job / "checkpoints" / "last.ckpt").is_file()
+        assert list(job.glob("events.out.tfevents.*"))
+        assert json.loads((job / "metrics.json").read_text())["status"] == "completed"
+
+
+def test_summary_rows_follow_the_jobs_metrics(sweep):
+    rows = read_summary(sweep)
+    assert len(rows) == 4
+    metrics = {r["job"]: json.loads((sweep / r["job"] / "metrics.json").read_text()) for r in rows}
+    settings = {(int(r["devices"]), int(r["batch_size"]), float(r["lr"])) for r in rows}
+    assert settings == {(1, 32, 0.05), (2, 64, 0.1), (1, 32, 0.1), (2, 64, 0.2)}
+    for row in rows:
+        job = metrics[row["job"]]
+        assert float(row["test_acc"]) == pytest.approx(job["test_acc"])
+        assert float(row["samples_per_s"]) == pytest.approx(job["samples_per_s"])
+        # Speedup against the one-device job with the same base settings (same lr per sample).
+        lr_per_sample = job["run"]["lr"] / job["run"]["batch_size"]
+        base = next(
+            m
+            for m in metrics.values()
+            if m["run"]["devices"] == 1 and m["run"]["lr"] / m["run"]["batch_size"] == lr_per_sample
+        )
+        expected = job["samples_per_s"] / base["samples_per_s"]
+        assert float(row["speedup"]) == pytest.approx(expected, rel=1e-3)
+        assert float(row["efficiency"]) == pytest.approx(expected / int(row["devices"]), rel=1e-3)
+    assert_png(sweep / "test_acc.png")
+    assert_png(sweep / "scaling.png")
+    assert "| job | status |" in (sweep / "summary.md").read_text()
+
+
+def test_report_command_rewrites_a_copied_sweep(sweep, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(sweep, copy)
+    for name in ("summary.csv", "summary.md", "test_acc.png", "scaling.png"):
+        (copy / name).unlink()
+    result = subprocess.run(
+        [sys.executable, "-m", "multigpu.report", str(copy)], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert read_summary(copy) == read_summary(sweep)
+    assert_png(copy / "scaling.png")
+    missing = subprocess.run(
+        [sys.executable, "-m", "multigpu.report", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1
+
+
+def test_a_failing_job_is_recorded_and_the_others_run(tmp_path):
+    result = run_script(
+        "train.py",
+        "-m",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        "strategy=dp,scatter_allreduce",
+        "trainer.devices=2",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    rows = {r["strategy"]: r for r in read_summary(tmp_path)}
+    assert rows["dp"]["status"] == "failed" and "DataParallel needs CUDA" in rows["dp"]["reason"]
+    assert rows["scatter_allreduce"]["status"] == "completed"
+    failed = json.loads((tmp_path / rows["dp"]["job"] / "metrics.json").read_text())
+    assert failed["status"] == "failed" and "scatter_allreduce" in failed["reason"]
+
+
+def test_d2l_scaling_pairs_batch_and_lr_with_devices(tmp_path):
+    seen = []
+    for devices in (1, 2):
+        cfg = compose_config(["experiment=d2l_scaling", f"trainer.devices={devices}"], tmp_path)
+        apply_scaling_rules(cfg)
+        seen.append((cfg.strategy.name, cfg.data.batch_size, cfg.model.optimizer.lr))
+    assert seen == [("dp", 256, 0.1), ("dp", 512, 0.2)]
+
+
+def test_optuna_and_slurm_configs_compose():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "config",
+            overrides=[
+                "hparams_search=optuna",
+                "hydra/launcher=slurm",
+                "trainer.devices=4",
+                "trainer.num_nodes=2",
+                "paths.output_dir=.",
+            ],
+            return_hydra_config=True,
+        )
+    assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper")
+    assert cfg.hydra.sweeper.direction == "maximize"
+    assert set(cfg.hydra.sweeper.params) == {"model.optimizer.lr", "data.batch_size"}
+    assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node) == (2, 4)
+
+
+def test_optuna_sweep_runs_trials(tmp_path):
+    result = run_script(
+        "train.py",
+        "-m",
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=2",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Best value" in result.stdout + result.stderr
+    assert (tmp_path / "optimization_results.yaml").is_file()
+    assert len(read_summary(tmp_path)) == 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(url: str, body: dict | None = None):
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json", "X-TensorBoard-Feature-Flags": "{}"}
+    request = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_tensorboard_serves_runs_scalars_and_hparams(sweep):
+    port = free_port()
+    tensorboard = Path(sys.executable).with_name("tensorboard")
+    server = subprocess.Popen(
+        [
+            str(tensorboard),
+            "--logdir",
+            str(sweep),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--reload_interval",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        runs: list[str] = []
+        while time.time() < deadline and len(runs) < 4:
+            try:
+                runs = fetch(f"{base}/data/runs")
+            except OSError:
+                pass
+            time.sleep(1)
+        assert sorted(runs) == ["0", "1", "2", "3"]
+        tags = fetch(f"{base}/data/plugin/scalars/tags")
+        for run in runs:
+            assert {"train/loss", "test/acc", "time/epoch_s", "hp/test_acc"} <= set(tags[run])
+        experiment = fetch(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
+        hparams = {h["name"] for h in experiment["hparamInfos"]}
+        assert {"strategy", "devices", "batch_size", "lr", "precision", "width"} <= hparams
+        metric_tags = {m["name"]["tag"] for m in experiment["metricInfos"]}
+        assert {"hp/test_acc", "hp/best_test_acc", "hp/epoch_s", "hp/samples_per_s"} <= metric_tags
+        groups = fetch(
+            f"{base}/data/plugin/hparams/session_groups",
+            {
+                "experimentName": "",
+                "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS"],
+                "colParams": [],
+                "startIndex": 0,
+                "sliceSize": 100,
+            },
+        )["sessionGroups"]
+        assert len(groups) == 4
+        metrics = {json.loads((sweep / r / "metrics.json").read_text())["test_acc"] for r in runs}
+        for group in groups:
+            values = {m["name"]["tag"]: m["value"] for m in group["metricValues"]}
+            assert values["hp/test_acc"] == pytest.approx(
+                min(metrics, key=lambda v: abs(v - values["hp/test_acc"]))
+            )
+            assert group["hparams"]["strategy"] == "scatter_allreduce"
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
