@@ -258,3 +258,24 @@ def test_tensorboard_serves_runs_scalars_and_hparams(sweep):
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.distributed
+def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
+    result = run_script(
+        "train.py",
+        "-m",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        "data.batch_size=32",
+        "strategy=ddp,ddp_spawn",
+        "trainer.devices=2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["completed"] * 2
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children

@@ -14,6 +14,14 @@ from multigpu.errors import UserError
 EXIT_USER_ERROR = 2
 
 
+def in_multirun() -> bool:
+    """Whether this process runs a job of a Hydra multirun (``-m``)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
     """Print ``UserError`` as ``error: <message>`` and exit 2 (``HYDRA_FULL_ERROR=1``: raise)."""
 

@@ -12,18 +12,14 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from multigpu.callbacks.metrics_file import write_json_atomically
+from multigpu.cli import in_multirun
 from multigpu.errors import UserError
 from multigpu.report.summary import to_text, write_report
 
 log = logging.getLogger(__name__)
-
-
-def in_multirun() -> bool:
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
 
 
 def failure_reason(err: BaseException) -> str:
@@ -57,6 +53,8 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
             from multigpu.training import run_settings
 
             reason = failure_reason(err)
+            if not isinstance(err, UserError):  # a bug, not a typo: keep the traceback in the log
+                log.error("job failed", exc_info=True)
             try:
                 run = run_settings(cfg, cfg.strategy.get("name", "?"))
             except Exception:

@@ -9,12 +9,16 @@ the sweep in every child.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
 
 from pytorch_lightning.strategies import DDPStrategy
 
+from multigpu.cli import in_multirun
 from multigpu.strategies.devices import check_available, device_ids, resolve_accelerator
+
+log = logging.getLogger(__name__)
 
 
 def ddp(
@@ -27,6 +31,10 @@ def ddp(
 ) -> DDPStrategy:
     kind = resolve_accelerator(accelerator)
     check_available(kind, device_ids(devices))
+    if start_method == "popen" and in_multirun():
+        # Relaunching train.py would re-run the whole sweep in every child.
+        log.info("strategy=ddp in a multirun: starting the workers with spawn")
+        start_method = "spawn"
     return DDPStrategy(
         start_method=start_method,
         timeout=timedelta(seconds=timeout_s),
