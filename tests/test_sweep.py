@@ -232,6 +232,9 @@ def test_tensorboard_serves_runs_scalars_and_hparams(sweep):
         tags = fetch(f"{base}/data/plugin/scalars/tags")
         for run in runs:
             assert {"train/loss", "test/acc", "time/epoch_s", "hp/test_acc"} <= set(tags[run])
+        images = fetch(f"{base}/data/plugin/images/tags")
+        for run in runs:
+            assert {"test/confusion_matrix", "test/misclassified"} <= set(images[run])
         experiment = fetch(f"{base}/data/plugin/hparams/experiment", {"experimentName": ""})
         hparams = {h["name"] for h in experiment["hparamInfos"]}
         assert {"strategy", "devices", "batch_size", "lr", "precision", "width"} <= hparams
