@@ -37,7 +37,7 @@ def build_strategy(cfg: DictConfig) -> tuple[str, Any]:
     """The ``strategy`` group holds a ``name`` and the ``_target_`` that builds it."""
     node = OmegaConf.to_container(cfg.strategy, resolve=True)
     name = node.pop("name")
-    return name, build(node) if "_target_" in node else node.get("trainer_strategy", "auto")
+    return name, build(node)
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
