@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import torch
 from pytorch_lightning import Callback
 
@@ -16,3 +19,67 @@ class GradientProbe(Callback):
         if trainer.global_step == 0:
             grads = {n: p.grad.detach().clone() for n, p in pl_module.net.named_parameters()}
             torch.save(grads, self.path)
+
+
+class RaiseOnRank(Callback):
+    """Fails one process of a DDP run at a given step, as a crashing rank would."""
+
+    def __init__(self, rank: int, step: int):
+        self.rank, self.step = rank, step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            raise RuntimeError(f"rank {self.rank} fails on purpose at step {self.step}")
+
+
+class HangOnRank(Callback):
+    """One DDP process stops answering at a given step, as a stuck rank would."""
+
+    def __init__(self, rank: int, step: int, seconds: float = 600):
+        self.rank, self.step, self.seconds = rank, step, seconds
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            time.sleep(self.seconds)
+
+
+class SlowAfterEpoch(Callback):
+    """Sleeps after every step from a given epoch on, so a test can signal mid-epoch."""
+
+    def __init__(self, epoch: int, seconds: float):
+        self.epoch, self.seconds = epoch, seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.current_epoch >= self.epoch:
+            time.sleep(self.seconds)
+
+
+class LossLog(Callback):
+    """Appends every step's training loss to a text file, one per line."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{float(outputs['loss'])}\n")
+
+
+class DieDuringCheckpointWrite(Callback):
+    """Kills the process half-way through writing the checkpoint of a given epoch, as a
+    power cut or ``kill -9`` would (``os._exit``: no cleanup, no exception handlers)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        from multigpu import checkpoint_io
+
+        def write_half_then_die(file, data) -> None:
+            file.write(bytes(data[: len(data) // 2]))
+            file.flush()
+            os._exit(9)
+
+        checkpoint_io.write_bytes = write_half_then_die

@@ -70,7 +70,7 @@ def test_logger_and_callbacks_instantiate(tmp_path):
     cfg = compose_config(["callbacks=default"], output_dir=tmp_path)
     built = [instantiate(c) for c in cfg.callbacks.values()]
     assert {type(c).__name__ for c in built} == {
-        "ModelCheckpoint",
+        "LastCheckpoint",
         "TQDMProgressBar",
         "TestSetFigures",
     }

@@ -107,16 +107,6 @@ def test_dp_on_cpu_runs_one_device_and_refuses_two():
 
 
 @pytest.mark.subprocess
-def test_dp_with_two_cpu_devices_is_one_line_from_train_py(tmp_path):
-    result = run_script("train.py", *TINY, "strategy=dp", "trainer.devices=2", cwd=tmp_path)
-    assert result.returncode == 2
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "DataParallel needs CUDA" in lines[0]
-    assert "scatter_allreduce" in lines[0] and "ddp" in lines[0]
-    assert not (tmp_path / "outputs").exists() or not list((tmp_path / "outputs").rglob("*.ckpt"))
-
-
-@pytest.mark.subprocess
 def test_trace_shapes_shows_the_scatter(tmp_path):
     result = run_script(
         "train.py",

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from multigpu.errors import UserError
+from multigpu.errors import RunStopped, UserError
 
 EXIT_USER_ERROR = 2
 
@@ -23,17 +23,18 @@ def in_multirun() -> bool:
 
 
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
-    """Print ``UserError`` as ``error: <message>`` and exit 2 (``HYDRA_FULL_ERROR=1``: raise)."""
+    """Print a ``UserError`` (exit 2) or a stopped run (interrupted 130, diverged 3) as one
+    ``error: <message>`` line instead of a traceback (``HYDRA_FULL_ERROR=1``: raise)."""
 
     @functools.wraps(main)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return main(*args, **kwargs)
-        except UserError as err:
+        except (UserError, RunStopped) as err:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            logging.getLogger("multigpu").debug("user error", exc_info=True)
+            logging.getLogger("multigpu").debug("stopped", exc_info=True)
             print(f"error: {err}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_USER_ERROR)
+            sys.exit(getattr(err, "exit_code", EXIT_USER_ERROR))
 
     return wrapper

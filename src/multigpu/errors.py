@@ -1,4 +1,5 @@
-"""User-facing errors: raised for bad input, printed as one line by the entry points."""
+"""User-facing errors: raised for bad input or a stopped run, printed as one line by the entry
+points instead of a traceback."""
 
 
 class UserError(Exception):
@@ -7,3 +8,27 @@ class UserError(Exception):
     The message names the offending value and the fix; entry points print it as one line
     and exit non-zero instead of showing a traceback.
     """
+
+
+class RunStopped(Exception):
+    """Training stopped early for a reason the run records (``metrics.json`` ``status``)."""
+
+    status = "failed"
+    exit_code = 1
+
+
+class Diverged(RunStopped):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+    status = "diverged"
+    exit_code = 3
+
+
+class Interrupted(RunStopped):
+    """Ctrl-C or SIGTERM: the run stopped after its current step and can be resumed."""
+
+    status = "interrupted"
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code  # 128 + the signal's number, as shells report it

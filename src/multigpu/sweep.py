@@ -16,32 +16,35 @@ from omegaconf import DictConfig
 
 from multigpu.callbacks.metrics_file import write_json_atomically
 from multigpu.cli import in_multirun
-from multigpu.errors import UserError
+from multigpu.errors import Interrupted, RunStopped, UserError
 from multigpu.report.summary import to_text, write_report
 
 log = logging.getLogger(__name__)
 
 
 def failure_reason(err: BaseException) -> str:
-    if isinstance(err, UserError):
+    if isinstance(err, (UserError, RunStopped)):
         return str(err)
     text = str(err).splitlines()[0] if str(err) else ""
     return f"{type(err).__name__}: {text}"[:500]
 
 
-def record_failure(output_dir: Path, reason: str, run: dict[str, Any]) -> None:
-    """Mark the job's ``metrics.json`` failed with its reason (creating it if training never
-    started), so that the sweep summary shows why."""
+def record_failure(
+    output_dir: Path, reason: str, run: dict[str, Any], status: str = "failed"
+) -> None:
+    """Mark the job's ``metrics.json`` failed (or diverged) with its reason, creating it if
+    training never started, so that the sweep summary shows why."""
     path = output_dir / "metrics.json"
     metrics = json.loads(path.read_text()) if path.exists() else {"schema": 1, "run": run}
-    metrics.update(status="failed", reason=reason)
+    metrics.update(status=status, reason=reason)
     metrics.setdefault("history", [])
     metrics.setdefault("epochs", len(metrics["history"]))
     write_json_atomically(path, metrics)
 
 
 def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
-    """In a multirun, an exception ends the job, not the sweep; outside one, it propagates."""
+    """In a multirun, an exception ends the job, not the sweep; outside one, it propagates.
+    Ctrl-C and SIGTERM end the sweep too."""
 
     @functools.wraps(main)
     def wrapper(cfg: DictConfig) -> Any:
@@ -49,17 +52,20 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
             return main(cfg)
         try:
             return main(cfg)
+        except Interrupted:
+            raise
         except Exception as err:
             from multigpu.training import run_settings
 
             reason = failure_reason(err)
-            if not isinstance(err, UserError):  # a bug, not a typo: keep the traceback in the log
+            if not isinstance(err, (UserError, RunStopped)):  # a bug: keep the traceback in the log
                 log.error("job failed", exc_info=True)
             try:
                 run = run_settings(cfg, cfg.strategy.get("name", "?"))
             except Exception:
                 run = {}
-            record_failure(Path(HydraConfig.get().runtime.output_dir), reason, run)
+            status = err.status if isinstance(err, RunStopped) else "failed"
+            record_failure(Path(HydraConfig.get().runtime.output_dir), reason, run, status)
             print(f"error: job {HydraConfig.get().job.num} failed: {reason}", file=sys.stderr)
             SweepReport.failed_jobs += 1
             return float("nan")  # Optuna records a NaN objective as a failed trial

@@ -1,6 +1,7 @@
 """``metrics.json``: the final and per-epoch results of a run, the interface reports read.
 
-Keys (``schema`` 1): ``status``, ``reason`` (why a job failed), ``test_acc``,
+Keys (``schema`` 1): ``status`` (running, completed, interrupted, diverged or failed),
+``reason`` (why it did not complete), ``test_acc``,
 ``best_test_acc``, ``best_epoch``, ``train_loss``, ``train_acc``, ``val_acc`` (null without a
 validation split), ``epoch_s`` (median),
 ``samples_per_s`` (median), ``epochs``, ``history`` (one entry per epoch), and the run's
@@ -16,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pytorch_lightning import Callback, LightningModule, Trainer
+from pytorch_lightning.utilities.exceptions import SIGTERMException
+
+from multigpu.errors import RunStopped
 
 SCHEMA = 1
 EPOCH_KEYS = {
@@ -38,6 +42,13 @@ def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
 
 def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
+
+
+def exception_status(exception: BaseException) -> str:
+    """``interrupted`` (Ctrl-C, SIGTERM), ``diverged`` (non-finite loss), else ``failed``."""
+    if isinstance(exception, (KeyboardInterrupt, SIGTERMException)):
+        return "interrupted"
+    return exception.status if isinstance(exception, RunStopped) else "failed"
 
 
 def summarize(history: list[dict[str, Any]], run: dict[str, Any], status: str) -> dict[str, Any]:
@@ -84,17 +95,28 @@ class MetricsFile(Callback):
         self.write(trainer, "completed")
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
-        status = "interrupted" if isinstance(exception, KeyboardInterrupt) else "failed"
-        self.write(trainer, status)
+        status = exception_status(exception)
+        text = str(exception)
+        reason = text.splitlines()[0][:500] if text else type(exception).__name__
+        self.write(trainer, status, reason=None if status == "interrupted" else reason)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpoints carry the history, so a resumed run's ``metrics.json`` starts from it."""
+        return {"history": self.history}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = list(state_dict.get("history", []))
 
     @property
     def current(self) -> dict[str, Any]:
         """The summary as it stands now (what ``metrics.json`` holds after this epoch)."""
         return summarize(self.history, self.run, "running")
 
-    def write(self, trainer: Trainer, status: str) -> None:
+    def write(self, trainer: Trainer, status: str, reason: str | None = None) -> None:
         if trainer.is_global_zero:
-            write_json_atomically(self.path, summarize(self.history, self.run, status))
+            summary = summarize(self.history, self.run, status)
+            summary["reason"] = reason
+            write_json_atomically(self.path, summary)
 
     @property
     def summary(self) -> dict[str, Any]:

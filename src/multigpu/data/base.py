@@ -4,9 +4,40 @@ from __future__ import annotations
 
 import torch
 from pytorch_lightning import LightningDataModule
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch import Tensor
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Subset
 
+from multigpu.data.augment import augment
+from multigpu.data.memory import TensorImages, to_tensor_images
 from multigpu.errors import UserError
+
+PIPELINES = ("torchvision", "memory")
+
+
+def check_batch_divides(batch_size: int, processes: int) -> None:
+    """Every DDP process loads the same share of the global batch, at least one sample."""
+    if batch_size % processes:
+        multiple = (batch_size // processes + 1) * processes
+        raise UserError(
+            f"data.batch_size={batch_size} (global) does not divide over {processes} "
+            f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
+        )
+
+
+class EpochSampler(DistributedSampler):
+    """A ``DistributedSampler`` that takes its epoch from the trainer when iteration starts.
+
+    Lightning calls ``set_epoch`` only after a resumed run has already opened its first
+    iterator, so a run resumed at epoch k would replay epoch 0's order without this.
+    """
+
+    trainer = None
+
+    def __iter__(self):
+        if self.trainer is not None:
+            # What Lightning passes to set_epoch; already restored when a resumed run starts.
+            self.set_epoch(self.trainer.fit_loop.epoch_progress.current.processed)
+        return super().__iter__()
 
 
 def seeded_subset(dataset: Dataset, size: int | None, seed: int, name: str) -> Dataset:
@@ -38,6 +69,11 @@ class ImageDataModule(LightningDataModule):
 
     Single-process strategies (one device, dp, scatter_allreduce) load the whole global batch
     and split it themselves; under DDP each of the N processes loads ``batch_size / N``.
+
+    ``pipeline``: ``torchvision`` (a ``DataLoader`` over per-sample transforms, the reference)
+    or ``memory`` (each split one tensor on the training device, batches cut by index); both
+    give the same batches. ``augment`` adds a random crop after ``crop_padding`` pixels of
+    padding and a horizontal flip, applied to whole training batches on their device.
     """
 
     def __init__(
@@ -50,8 +86,16 @@ class ImageDataModule(LightningDataModule):
         val_size: int = 0,
         pin_memory: bool = False,
         shuffle: bool = True,
+        pipeline: str = "torchvision",
+        augment: bool = False,
+        crop_padding: int = 2,
+        flip: bool = True,
     ):
         super().__init__()
+        if pipeline not in PIPELINES:
+            raise UserError(f"data.pipeline={pipeline!r} is not known: use torchvision or memory")
+        if not isinstance(crop_padding, int) or crop_padding < 0:
+            raise UserError(f"data.crop_padding={crop_padding!r} must be 0 or more pixels")
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise UserError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. 256")
         if not isinstance(num_workers, int) or num_workers < 0:
@@ -64,6 +108,12 @@ class ImageDataModule(LightningDataModule):
         self.val_size = val_size
         self.pin_memory = pin_memory
         self.shuffle = shuffle
+        self.pipeline = pipeline
+        self.augment = augment
+        self.crop_padding = crop_padding
+        self.flip = flip
+        self._in_memory: dict[int, TensorImages] = {}
+        self._augment_generator: tuple[int, torch.Generator] | None = None
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
@@ -71,6 +121,10 @@ class ImageDataModule(LightningDataModule):
     def load_datasets(self) -> tuple[Dataset, Dataset]:
         """Return the full (train, test) datasets."""
         raise NotImplementedError
+
+    def normalization(self) -> tuple[float, float]:
+        """(mean, std) the images are normalised with; the in-memory pipeline applies it."""
+        return 0.0, 1.0
 
     def setup(self, stage: str | None = None) -> None:
         if self.test_set is not None:
@@ -89,37 +143,60 @@ class ImageDataModule(LightningDataModule):
 
     @property
     def per_process_batch_size(self) -> int:
-        processes = self.processes
-        if self.batch_size % processes:
-            multiple = (self.batch_size // processes + 1) * processes
-            raise UserError(
-                f"data.batch_size={self.batch_size} (global) does not divide over {processes} "
-                f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
-            )
-        return self.batch_size // processes
+        check_batch_divides(self.batch_size, self.processes)
+        return self.batch_size // self.processes
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
-        """Under DDP each process reads its own shard through a ``DistributedSampler`` made
-        here, so that ``data.shuffle`` and ``data.seed`` mean the same under every strategy
-        (Lightning's own sampler would always shuffle the training set)."""
+        """Every loader reads through a ``DistributedSampler`` made here, one process or many.
+
+        Its order is a function of ``data.seed`` and the epoch, so ``data.shuffle`` and
+        ``data.seed`` mean the same under every strategy, and a run resumed at epoch k sees the
+        batches an uninterrupted run sees. Under DDP each process reads its own shard
+        (Lightning's injected sampler would always shuffle the training set).
+        """
         trainer = self.trainer
-        sampler, generator = None, None
-        if trainer is not None and trainer.world_size > 1:
-            sampler = DistributedSampler(
-                dataset, trainer.world_size, trainer.global_rank, shuffle=shuffle, seed=self.seed
-            )
-        elif shuffle:
-            generator = torch.Generator().manual_seed(self.seed)
+        processes = trainer.world_size if trainer is not None else 1
+        rank = trainer.global_rank if trainer is not None else 0
+        sampler = EpochSampler(dataset, processes, rank, shuffle=shuffle, seed=self.seed)
+        sampler.trainer = trainer
+        if self.pipeline == "memory":
+            batches = BatchSampler(sampler, self.per_process_batch_size, drop_last=False)
+            return DataLoader(self.in_memory(dataset), batch_size=None, sampler=batches)
         return DataLoader(
             dataset,
             batch_size=self.per_process_batch_size,
-            shuffle=shuffle if sampler is None else None,
             sampler=sampler,
-            generator=generator,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=self.pin_memory,
         )
+
+    def in_memory(self, dataset: Dataset) -> TensorImages:
+        """The split as one tensor, on the training GPU when there is one (built once)."""
+        key = id(dataset)
+        if key not in self._in_memory:
+            held = to_tensor_images(dataset, *self.normalization())
+            device = self.trainer.strategy.root_device if self.trainer is not None else None
+            self._in_memory[key] = held.to(device) if device and device.type == "cuda" else held
+        return self._in_memory[key]
+
+    def on_after_batch_transfer(self, batch: tuple[Tensor, Tensor], dataloader_idx: int):
+        """Augment training batches where they are (the GPU, after the transfer)."""
+        if not self.augment or self.trainer is None or not self.trainer.training:
+            return batch
+        images, labels = batch
+        mean, std = self.normalization()
+        fill = (0.0 - mean) / std  # a black pixel, normalised
+        generator = self.augment_generator(images.device)
+        return augment(images, self.crop_padding, self.flip, fill, generator), labels
+
+    def augment_generator(self, device: torch.device) -> torch.Generator:
+        """Seeded by (seed, epoch, rank): the same crops and flips in a resumed run."""
+        epoch = self.trainer.current_epoch
+        if self._augment_generator is None or self._augment_generator[0] != epoch:
+            seed = (self.seed * 1_000_003 + epoch) * 1009 + self.trainer.global_rank
+            self._augment_generator = (epoch, torch.Generator(device).manual_seed(seed))
+        return self._augment_generator[1]
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=self.shuffle)

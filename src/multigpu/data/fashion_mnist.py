@@ -74,7 +74,7 @@ class FashionMNISTDataModule(ImageDataModule):
             FashionMNIST(str(self.root), train=True, download=True)
             FashionMNIST(str(self.root), train=False, download=True)
         except Exception as err:  # network errors come in many types; all mean the same here
-            reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+            reason = " ".join(str(err).split())[:300] or type(err).__name__
             raise UserError(
                 missing_data_message(self.raw_folder) + f"; download failed: {reason}"
             ) from None
@@ -86,6 +86,9 @@ class FashionMNISTDataModule(ImageDataModule):
         if self.normalize:
             steps.append(transforms.Normalize((MEAN,), (STD,)))
         return transforms.Compose(steps)
+
+    def normalization(self) -> tuple[float, float]:
+        return (MEAN, STD) if self.normalize else (0.0, 1.0)
 
     def load_datasets(self):
         self.prepare_data()  # idempotent: cheap when files are in place (also for direct use)

@@ -10,13 +10,20 @@ from multigpu.errors import UserError
 
 
 def resolve_accelerator(accelerator: str) -> str:
-    if accelerator in ("auto", "gpu"):
+    """``auto`` falls back to the CPU; asking for ``gpu``/``cuda`` on a machine without one
+    is an error rather than a silently slow run."""
+    if accelerator == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if accelerator not in ("cpu", "cuda"):
+    if accelerator not in ("cpu", "cuda", "gpu"):
         raise UserError(
             f"trainer.accelerator={accelerator!r} is not supported: use auto, cpu or gpu"
         )
-    return accelerator
+    if accelerator != "cpu" and not torch.cuda.is_available():
+        raise UserError(
+            f"trainer.accelerator={accelerator} but this machine has no CUDA device: "
+            "use trainer.accelerator=cpu (or auto)"
+        )
+    return "cpu" if accelerator == "cpu" else "cuda"
 
 
 def device_ids(devices: int | str | Sequence[int]) -> list[int]:

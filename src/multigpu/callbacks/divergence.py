@@ -1,0 +1,73 @@
+"""Stop a run whose loss is NaN or infinite, before a bad epoch overwrites the good checkpoint.
+
+The losses of the last ``check_every_n_steps`` steps stay on the device and are read in one
+go, so the check costs one host synchronisation per window instead of one per step, and still
+names the exact step. The window is always closed at the end of an epoch, before Lightning's
+checkpoint callback (which runs after all others) saves ``last.ckpt``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from pytorch_lightning import Callback, LightningModule, Trainer
+from torch import Tensor
+
+from multigpu.errors import Diverged
+
+
+class DivergenceGuard(Callback):
+    def __init__(self, check_every_n_steps: int = 10, checkpoint_dir: str | Path | None = None):
+        if not isinstance(check_every_n_steps, int) or check_every_n_steps < 1:
+            raise ValueError(f"check_every_n_steps={check_every_n_steps!r} must be >= 1")
+        self.every = check_every_n_steps
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self._losses: list[Tensor] = []
+        self._first_step = 0
+
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch, batch_idx: int
+    ) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        if loss is None:
+            return
+        if not self._losses:
+            self._first_step = trainer.global_step  # steps done, this one included
+        self._losses.append(loss.detach().reshape(()))
+        if len(self._losses) >= self.every:
+            self.check(trainer)
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.check(trainer)
+
+    def check(self, trainer: Trainer) -> None:
+        if not self._losses:
+            return
+        losses = torch.stack(self._losses).float()
+        self._losses = []
+        finite = torch.isfinite(losses)
+        bad_here = not bool(finite.all())
+        if not trainer.strategy.reduce_boolean_decision(bad_here, all=False):
+            return
+        if bad_here:
+            index = int((~finite).nonzero()[0])
+            value, step = losses[index].item(), self._first_step + index
+        else:  # another DDP process saw it first
+            value, step = math.nan, trainer.global_step
+        raise Diverged(self.message(trainer, value, step))
+
+    def message(self, trainer: Trainer, value: float, step: int) -> str:
+        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
+        last = self.checkpoint_dir / "last.ckpt" if self.checkpoint_dir else None
+        if last is not None and last.is_file():
+            kept = f"kept the last good checkpoint {last} (after epoch {trainer.current_epoch})"
+        else:
+            kept = "this run saved no checkpoint before it"
+        epoch = trainer.current_epoch + 1
+        return (
+            f"training diverged: loss is {value} at step {step} (epoch {epoch}) with lr {lr:g}; "
+            f"{kept}: lower model.optimizer.lr and train again"
+        )

@@ -1,0 +1,36 @@
+"""``checkpoints/last.ckpt`` after every finished epoch, the file runs resume from.
+
+Lightning's ``ModelCheckpoint`` writes ``last.ckpt`` only alongside a top-k checkpoint; this
+writes it alone, once per epoch, after validation and after every other callback (Lightning
+runs ``Checkpoint`` callbacks last), so a divergence check can still stop a bad epoch from
+being saved. The file is written atomically (see ``multigpu.checkpoint_io``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytorch_lightning import LightningModule, Trainer
+from pytorch_lightning.callbacks import Checkpoint
+
+LAST = "last.ckpt"
+
+
+class LastCheckpoint(Checkpoint):
+    def __init__(self, dirpath: str | Path, every_n_epochs: int = 1):
+        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs={every_n_epochs!r} must be >= 1")
+        self.dirpath = Path(dirpath)
+        self.every_n_epochs = every_n_epochs
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / LAST
+
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        finished = trainer.current_epoch + 1
+        is_last = trainer.max_epochs is not None and finished >= trainer.max_epochs
+        if trainer.fast_dev_run or trainer.sanity_checking:
+            return
+        if finished % self.every_n_epochs == 0 or is_last or trainer.should_stop:
+            trainer.save_checkpoint(self.path, weights_only=False)  # with optimizer state

@@ -1,0 +1,216 @@
+"""Every bad input of the reliability list, through a real ``python train.py`` subprocess: a
+non-zero exit within seconds, before any training, with one ``error:`` line naming the value
+and the fix, and no traceback."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import struct
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, run_script
+
+from multigpu.data.idx import ALL_RAW_FILES
+from multigpu.module import ImageClassifier
+
+pytestmark = pytest.mark.subprocess
+
+CORES = os.cpu_count() or 1
+
+# (overrides, the exit status, text the error line must contain)
+CONFIG_CASES = {
+    "devices_more_than_cpu_cores": (
+        ["strategy=ddp", f"trainer.devices={CORES + 1}"],
+        2,
+        f"this machine has {CORES} CPU cores: use trainer.devices<={CORES}",
+    ),
+    "devices_zero": (["trainer.devices=0"], 2, "trainer.devices=0 must be at least 1"),
+    "devices_negative": (["trainer.devices=-3"], 2, "trainer.devices=-3 must be at least 1"),
+    "device_ids_without_cuda": (
+        ["trainer.accelerator=gpu", "trainer.devices=[0,7]"],
+        2,
+        "trainer.accelerator=gpu but this machine has no CUDA device: use trainer.accelerator=cpu",
+    ),
+    "device_ids_negative": (
+        ["strategy=scatter_allreduce", "trainer.devices=[0,-1]"],
+        2,
+        "must list device ids >= 0",
+    ),
+    "batch_zero": (["data.batch_size=0"], 2, "data.batch_size=0 must be a positive integer"),
+    "batch_smaller_than_ddp_processes": (
+        ["strategy=ddp", "trainer.devices=2", "data.batch_size=1"],
+        2,
+        "data.batch_size=1 (global) does not divide over 2 processes",
+    ),
+    "lr_zero": (["model.optimizer.lr=0"], 2, "model.optimizer.lr=0 must be a positive number"),
+    "lr_negative": (["model.optimizer.lr=-0.1"], 2, "model.optimizer.lr=-0.1 must be a positive"),
+    "lr_not_a_number": (["model.optimizer.lr=fast"], 2, "model.optimizer.lr='fast' must be a"),
+    "width_zero": (["model.net.width=0"], 2, "model.net.width=0 must be a positive integer"),
+    "unknown_norm": (["model.net.norm=group"], 2, "model.net.norm='group' is not known: use one"),
+    "unknown_strategy": (["strategy=horovod"], 1, "Could not find 'strategy/horovod'"),
+    "unknown_group_option": (["data=cifar10"], 1, "Could not find 'data/cifar10'"),
+    "dp_several_devices_on_cpu": (
+        ["strategy=dp", "trainer.devices=2"],
+        2,
+        "DataParallel needs CUDA",
+    ),
+    "split_weights_count": (
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[1]"],
+        2,
+        "strategy.split_weights=[1] has 1 entries for 2 devices",
+    ),
+    "split_weights_negative": (
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[1,-1]"],
+        2,
+        "must be numbers >= 0",
+    ),
+    "split_weights_zero_sum": (
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[0,0]"],
+        2,
+        "sum to 0",
+    ),
+}
+
+
+def check_one_line_error(result, expected_status: int, text: str, cwd: Path) -> None:
+    assert result.returncode == expected_status, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert text in result.stderr, result.stderr[-2000:]
+    if expected_status == 2:
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("error: ") and text in last
+    assert not list(cwd.rglob("*.ckpt")) and not list(cwd.rglob("events.out.tfevents.*"))
+
+
+def raw_copy(shared_data: Path, root: Path) -> Path:
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ALL_RAW_FILES:
+        shutil.copyfile(shared_data / "FashionMNIST" / "raw" / f"{name}.gz", raw / f"{name}.gz")
+    return raw
+
+
+def write_gz(path: Path, payload: bytes) -> None:
+    with gzip.open(path, "wb") as f:
+        f.write(payload)
+
+
+LABELS = "t10k-labels-idx1-ubyte"
+IMAGES = "t10k-images-idx3-ubyte"
+DATA_CASES = {
+    "wrong_magic": (LABELS, struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
+    "wrong_sizes": (IMAGES, struct.pack(">IIII", 0x0803, 2, 32, 32) + bytes(2048), "size"),
+    "label_outside_0_9": (LABELS, struct.pack(">II", 0x0801, 3) + bytes([1, 12, 3]), "label 12"),
+    "truncated_gz": (IMAGES, None, "truncated"),
+}
+
+CKPT_CASES = {
+    "missing": ([], "does not exist"),
+    "not_a_checkpoint": ([], "is not a readable checkpoint"),
+    "latest_without_runs": ([], "ckpt_path=latest found no checkpoints/last.ckpt under outputs/"),
+    "other_width": (
+        ["model.net.width=8"],
+        "parameter '0.weight' has shape [4, 1, 3, 3] in the checkpoint and [8, 1, 3, 3] "
+        "here; it was trained with model.net.width=4",
+    ),
+    "other_class_count": (
+        ["model.net.num_classes=5"],
+        "has shape [10, 32] in the checkpoint and [5, 32] here; it was trained with "
+        "model.net.num_classes=10",
+    ),
+}
+
+
+def width4_checkpoint(path: Path) -> Path:
+    """A checkpoint of a width-4, 10-class network, in the layout ``train.py`` writes."""
+    net = {"_target_": "multigpu.models.resnet18", "width": 4, "num_classes": 10}
+    optimizer = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1}
+    module = ImageClassifier(net=net, optimizer=optimizer)
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+    return path
+
+
+def data_case(case: str, cwd: Path, shared_data: Path) -> list[str]:
+    name, payload, _ = DATA_CASES[case]
+    raw = raw_copy(shared_data, cwd / "data")
+    if payload is None:
+        bad = raw / f"{name}.gz"
+        bad.write_bytes(bad.read_bytes()[:100_000])
+    else:
+        write_gz(raw / f"{name}.gz", payload)
+    return [f"data.root={cwd / 'data'}", "data.source=null"]
+
+
+def ckpt_case(case: str, cwd: Path, checkpoint: Path) -> list[str]:
+    overrides, _ = CKPT_CASES[case]
+    path = {
+        "missing": cwd / "nope.ckpt",
+        "not_a_checkpoint": cwd / "notes.txt",
+        "latest_without_runs": "latest",
+    }.get(case, checkpoint)
+    if case == "not_a_checkpoint":
+        path.write_text("these are not weights\n")
+    return [*overrides, f"ckpt_path={path}"]
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory, shared_data) -> dict[str, tuple]:
+    """Every case's ``train.py`` run, started side by side (startup is one core's import
+    work, so running them in parallel uses the machine's cores); {case: (result, cwd)}."""
+    checkpoint = width4_checkpoint(tmp_path_factory.mktemp("ckpt") / "width4.ckpt")
+    jobs = {}
+    for case in CONFIG_CASES:
+        jobs[f"config:{case}"] = CONFIG_CASES[case][0]
+    for case in DATA_CASES:
+        cwd = tmp_path_factory.mktemp(case)
+        jobs[f"data:{case}"] = (data_case(case, cwd, shared_data), cwd)
+    jobs["data:missing_no_download"] = [
+        f"data.root={tmp_path_factory.mktemp('empty')}",
+        "data.source=null",
+        "data.download=false",
+    ]
+    for case in CKPT_CASES:
+        cwd = tmp_path_factory.mktemp(case)
+        jobs[f"ckpt:{case}"] = (ckpt_case(case, cwd, checkpoint), cwd)
+
+    def launch(key: str):
+        job = jobs[key]
+        overrides, cwd = job if isinstance(job, tuple) else (job, tmp_path_factory.mktemp("run"))
+        return run_script("train.py", *TINY, *overrides, cwd=cwd, timeout=300), cwd
+
+    with ThreadPoolExecutor(max_workers=CORES + 1) as pool:
+        return dict(zip(jobs, pool.map(launch, jobs), strict=True))
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_bad_config_value(case, outcomes):
+    _, status, text = CONFIG_CASES[case]
+    result, cwd = outcomes[f"config:{case}"]
+    check_one_line_error(result, status, text, cwd)
+
+
+@pytest.mark.parametrize("case", sorted(DATA_CASES))
+def test_malformed_data_file(case, outcomes):
+    name, _, text = DATA_CASES[case]
+    result, cwd = outcomes[f"data:{case}"]
+    check_one_line_error(result, 2, text, cwd)
+    assert str(cwd / "data" / "FashionMNIST" / "raw" / name) in result.stderr
+
+
+def test_data_missing_and_no_download(outcomes):
+    result, cwd = outcomes["data:missing_no_download"]
+    check_one_line_error(result, 2, "Fashion-MNIST not found in", cwd)
+    assert "data.source (or MULTIGPU_DATA)" in result.stderr
+
+
+@pytest.mark.parametrize("case", sorted(CKPT_CASES))
+def test_bad_ckpt_path(case, outcomes):
+    _, text = CKPT_CASES[case]
+    result, cwd = outcomes[f"ckpt:{case}"]
+    check_one_line_error(result, 2, text, cwd)
+    assert "ckpt_path=" in result.stderr.strip().splitlines()[-1]
