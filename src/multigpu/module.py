@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -35,10 +36,21 @@ class ImageClassifier(LightningModule):
 
     ``net``, ``optimizer`` and ``scheduler`` are Hydra configs (``_partial_`` for the last two),
     kept as plain hyperparameters so that a checkpoint rebuilds its own network.
+    ``channels_last`` and ``compile`` (``torch.compile``) change how the network runs, not what
+    it computes or what a checkpoint holds.
     """
 
-    def __init__(self, net: dict, optimizer: dict, scheduler: dict | None = None):
+    def __init__(
+        self,
+        net: dict,
+        optimizer: dict,
+        scheduler: dict | None = None,
+        channels_last: bool = False,
+        compile: bool = False,
+    ):
         super().__init__()
+        self.channels_last = channels_last
+        self.compile_network = compile
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         check_optimizer(optimizer)
         self.save_hyperparameters(
@@ -54,6 +66,15 @@ class ImageClassifier(LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.val_acc = MulticlassAccuracy(num_classes, average="micro")
         self.__dict__["_network_runner"] = None
+        self.__dict__["_compiled"] = None
+
+    def configure_model(self) -> None:
+        """Memory format and compilation, once the network is on its device. The compiled
+        module is kept out of ``nn.Module`` registration, so checkpoint keys stay ``net.*``."""
+        if self.channels_last:
+            self.net.to(memory_format=torch.channels_last)
+        if self.compile_network and self.__dict__["_compiled"] is None:
+            self.__dict__["_compiled"] = torch.compile(self.net)
 
     @contextmanager
     def network_runner(self, runner: Callable[[Tensor], Tensor]) -> Iterator[None]:
@@ -69,14 +90,18 @@ class ImageClassifier(LightningModule):
             self.__dict__["_network_runner"] = None
 
     def forward(self, images: Tensor) -> Tensor:
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
         runner = self.__dict__["_network_runner"]
-        return self.net(images) if runner is None else runner(images)
+        if runner is not None:
+            return runner(images)
+        return (self.__dict__["_compiled"] or self.net)(images)
 
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
-        self.train_acc(logits.detach(), labels)
+        self.train_acc.update(logits.detach(), labels)  # computed once, at the epoch's end
         batch_size = labels.numel()
         self.log(
             "train/loss",
@@ -92,7 +117,7 @@ class ImageClassifier(LightningModule):
     def _evaluate(self, batch: tuple[Tensor, Tensor], split: str, metric: MulticlassAccuracy):
         images, labels = batch
         logits = self(images)
-        metric(logits, labels)
+        metric.update(logits, labels)
         batch_size = labels.numel()
         loss = F.cross_entropy(logits, labels)
         log = dict(on_epoch=True, add_dataloader_idx=False, batch_size=batch_size)

@@ -37,7 +37,12 @@ def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path, output_dir: s
 
 def _differences(trained: dict[str, Any], configured: dict[str, Any]) -> list[str]:
     keys = sorted(set(trained) & set(configured))
-    return [f"model.net.{k}={trained[k]}" for k in keys if trained[k] != configured[k]]
+    text = {None: "null", True: "true", False: "false"}
+    return [
+        f"model.net.{k}={text.get(trained[k], trained[k])}"
+        for k in keys
+        if trained[k] != configured[k]
+    ]
 
 
 def check_fits(ckpt_path: str | Path, net: nn.Module, net_config: dict[str, Any]) -> None:

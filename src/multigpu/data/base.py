@@ -171,12 +171,14 @@ class ImageDataModule(LightningDataModule):
             pin_memory=self.pin_memory,
         )
 
-    def in_memory(self, dataset: Dataset) -> TensorImages:
-        """The split as one tensor, on the training GPU when there is one (built once)."""
+    def in_memory(self, dataset: Dataset, device: torch.device | None = None) -> TensorImages:
+        """The split as one tensor, built once, on ``device`` or else the training GPU when
+        there is one (the CPU otherwise)."""
         key = id(dataset)
         if key not in self._in_memory:
             held = to_tensor_images(dataset, *self.normalization())
-            device = self.trainer.strategy.root_device if self.trainer is not None else None
+            if device is None and self.trainer is not None:
+                device = self.trainer.strategy.root_device
             self._in_memory[key] = held.to(device) if device and device.type == "cuda" else held
         return self._in_memory[key]
 

@@ -1,0 +1,278 @@
+"""``python -m multigpu.bench``: each configuration in its own fresh process, one after the
+other in one invocation, then the ratios the performance targets are stated in.
+
+Writes ``bench.json`` and ``bench.md`` into ``--out`` and prints the table. ``--tiny`` runs
+the same configurations for a few steps of a very narrow network (a smoke test, not a
+measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from multigpu.bench.report import RATIOS, compute_ratios, mfu, to_markdown
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """(name, how it runs, width, extra overrides, environment) for every measured setting."""
+    narrow, wide, n = args.width, args.scaling_width, args.replicas
+    cpu = ["trainer.accelerator=cpu"] if not torch.cuda.is_available() else []
+    one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    configs = [
+        ("plain_loop", "plain", narrow, [], {}),
+        ("lightning_memory", "train", narrow, ["data.pipeline=memory"], {}),
+        ("lightning_torchvision", "train", narrow, ["data.pipeline=torchvision"], {}),
+        ("single", "train", wide, ["data.pipeline=memory"], {}),
+        (
+            f"scatter_allreduce_x{n}",
+            "train",
+            wide,
+            ["data.pipeline=memory", "strategy=scatter_allreduce", f"trainer.devices={n}", *cpu],
+            {},
+        ),
+    ]
+    configs += [
+        ("loader_memory", "loader", 0, ["--pipeline", "memory"], {}),
+        ("loader_torchvision", "loader", 0, ["--pipeline", "torchvision"], {}),
+    ]
+    if torch.cuda.is_available() or args.tiny:  # whole epochs: the GPU targets (ratio 5)
+        subset = ["data.train_subset=2048", "data.test_subset=512"] if args.tiny else []
+        width = narrow if args.tiny else 64
+        # Tiny on a CPU: no compilation or bf16 emulation, which take minutes there.
+        light = ["model.compile=false", "trainer.precision=32-true"] if args.tiny and cpu else []
+        for recipe in ("d2l", "fast"):
+            overrides = [f"experiment={recipe}", f"model.net.width={width}", *subset, *cpu]
+            overrides += light if recipe == "fast" else []
+            configs.append((f"epoch_{recipe}", "epoch", width, overrides, {}))
+    if not torch.cuda.is_available():
+        for processes in (1, args.processes):
+            configs.append(
+                (
+                    f"ddp_x{processes}_1thread",
+                    "train",
+                    wide,
+                    ["data.pipeline=memory", "strategy=ddp", f"trainer.devices={processes}"],
+                    one_thread,
+                )
+            )
+    return [
+        {
+            "name": name,
+            "kind": kind,
+            "width": width,
+            "overrides": [*cpu, *extra] if kind == "train" else extra,
+            "env": env,
+        }
+        for name, kind, width, extra, env in configs
+    ]
+
+
+def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> list[str]:
+    data = [*("--data-root", args.data_root)]
+    data += ["--data-source", args.data_source] if args.data_source else []
+    if config["kind"] == "loader":
+        return [
+            *(sys.executable, "-m", "multigpu.bench.loader_only", *config["overrides"]),
+            *("--batch", str(args.batch), "--steps", str(args.steps)),
+            *("--warmup", str(args.warmup), *data, "--out", str(result)),
+        ]
+    if config["kind"] == "epoch":  # the recipe as users run it; metrics.json has the epochs
+        return [
+            *(sys.executable, str(REPO / "train.py"), *config["overrides"]),
+            f"trainer.max_epochs={1 if args.tiny else args.epochs}",
+            *(f"data.root={args.data_root}", f"data.source={args.data_source or 'null'}"),
+            *("callbacks.progress_bar=null", "callbacks.test_figures=null", "~logger"),
+            f"hydra.run.dir={result.with_suffix('')}",
+        ]
+    if config["kind"] == "plain":
+        return [
+            *(sys.executable, "-m", "multigpu.bench.plain_loop"),
+            *("--width", str(config["width"]), "--batch", str(args.batch)),
+            *("--steps", str(args.steps), "--warmup", str(args.warmup)),
+            *(*data, "--out", str(result)),
+            *(("--device", "cpu") if not torch.cuda.is_available() else ()),
+        ]
+    run_dir = result.with_suffix("")
+    return [
+        sys.executable,
+        str(REPO / "train.py"),
+        f"model.net.width={config['width']}",
+        f"data.batch_size={args.batch}",
+        f"data.root={args.data_root}",
+        f"data.source={args.data_source or 'null'}",
+        f"trainer.max_steps={args.warmup + args.steps}",
+        "trainer.max_epochs=-1",
+        "trainer.limit_val_batches=0",
+        "callbacks=none",
+        "+trainer.enable_progress_bar=false",
+        "~logger",
+        "+callbacks.timer._target_=multigpu.bench.StepTimer",
+        f"+callbacks.timer.path={result}",
+        f"+callbacks.timer.warmup={args.warmup}",
+        f"+callbacks.timer.global_batch={args.batch}",
+        f"hydra.run.dir={run_dir}",
+        *config["overrides"],
+    ]
+
+
+def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    result = out / "runs" / f"{config['name']}.json"
+    result.parent.mkdir(parents=True, exist_ok=True)
+    result.unlink(missing_ok=True)
+    env = {**os.environ, **config["env"]}
+    started = time.perf_counter()
+    proc = subprocess.run(
+        command(config, args, result), env=env, capture_output=True, text=True, cwd=os.getcwd()
+    )
+    entry = {k: config[k] for k in ("name", "width", "overrides", "env")}
+    entry["wall_s"] = round(time.perf_counter() - started, 1)
+    if config["kind"] == "epoch" and proc.returncode == 0:
+        epoch_result(result.with_suffix(""), result)
+    if proc.returncode != 0 or not result.is_file():
+        lines = (proc.stderr or proc.stdout).strip().splitlines()
+        lines = [line for line in lines if line.strip() and "HYDRA_FULL_ERROR" not in line]
+        entry["error"] = (lines[-1] if lines else f"exit status {proc.returncode}")[:300]
+        return entry
+    entry.update(json.loads(result.read_text()))
+    return entry
+
+
+def combine(entries: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    """One row per configuration: the median images/s over the rounds, the worst memory."""
+    good = [e for e in entries if "error" not in e]
+    if not good:
+        return entries[-1]
+    row = dict(good[-1])
+    row["images_per_s_runs"] = [round(e["images_per_s"], 2) for e in good]
+    row["images_per_s"] = statistics.median(e["images_per_s"] for e in good)
+    for key in ("peak_rss_mb", "peak_gpu_mb"):
+        values = [e[key] for e in good if e.get(key) is not None]
+        row[key] = max(values) if values else None
+    flops = training_flops_per_image(config["width"]) if config["width"] else None
+    row["tflops"], row["mfu"] = mfu(flops, row.get("images_per_s"), machine()["gpu"])
+    return row
+
+
+def epoch_result(run_dir: Path, result: Path) -> None:
+    """Seconds per epoch (the last one: the first pays for compilation and autotuning) and
+    test accuracy, from the run's ``metrics.json``."""
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    last = metrics["history"][-1]
+    summary = {
+        "epoch_s": last["epoch_s"],
+        "images_per_s": last["samples_per_s"],
+        "test_acc": last["test_acc"],
+        "epochs": metrics["epochs"],
+    }
+    result.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def training_flops_per_image(width: int) -> float:
+    """Forward and backward FLOPs of one 28x28 image, counted by PyTorch's FLOP counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from multigpu.models import resnet18
+
+    net = resnet18(width=width)
+    with FlopCounterMode(display=False) as counter:
+        net(torch.zeros(2, 1, 28, 28)).sum().backward()
+    return counter.get_total_flops() / 2
+
+
+def machine() -> dict[str, Any]:
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "cpu_cores": os.cpu_count(),
+        "gpu": gpu,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "platform": platform.platform(),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m multigpu.bench", description=__doc__)
+    parser.add_argument("--out", default="bench", help="folder for bench.json and bench.md")
+    parser.add_argument("--batch", type=int, default=256, help="global batch size")
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
+    parser.add_argument("--width", type=int, default=8, help="width for ratios 1 and 4")
+    parser.add_argument("--scaling-width", type=int, default=16, help="width for ratios 2, 3")
+    parser.add_argument("--replicas", type=int, default=2, help="scatter_allreduce devices")
+    parser.add_argument("--processes", type=int, default=2, help="DDP processes (CPU)")
+    parser.add_argument("--epochs", type=int, default=10, help="epochs of the GPU recipes")
+    parser.add_argument("--repeats", type=int, default=2, help="rounds, alternating order")
+    parser.add_argument("--jobs", type=int, default=1, help="run this many at once (--tiny)")
+    parser.add_argument("--data-root", default="data")
+    parser.add_argument("--data-source", default=os.environ.get("MULTIGPU_DATA"))
+    parser.add_argument("--only", nargs="*", help="run only these configuration names")
+    parser.add_argument("--tiny", action="store_true", help="smoke test: width 2, 3 steps")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.width = args.scaling_width = 2
+        args.steps, args.warmup, args.batch, args.repeats = 3, 1, 32, 1
+        args.jobs = max(args.jobs, os.cpu_count() or 1)
+    numbers = ("batch", "steps", "warmup", "width", "scaling_width", "replicas", "processes")
+    for name in (*numbers, "epochs", "repeats", "jobs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = configurations(args)
+    if args.only:
+        configs = [c for c in configs if c["name"] in args.only]
+    # Round r runs the configurations forwards when r is even and backwards when odd, so that
+    # a machine that slows down or speeds up over the run affects both sides of a ratio alike.
+    runs: dict[str, list[dict[str, Any]]] = {c["name"]: [] for c in configs}
+    order = [c for r in range(args.repeats) for c in (configs if r % 2 == 0 else configs[::-1])]
+
+    def measure(numbered: tuple[int, dict[str, Any]]) -> None:
+        number, config = numbered
+        entry = run(config, args, out)
+        outcome = entry.get("error") or f"{entry['images_per_s']:.0f} images/s"
+        print(f"[{number}/{len(order)}] {config['name']}: {outcome}", flush=True)
+        runs[config["name"]].append(entry)
+
+    # --jobs > 1 runs configurations at the same time: for smoke tests, never for numbers.
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(measure, enumerate(order, 1)))
+    results = [combine(runs[c["name"]], c) for c in configs]
+    report = {
+        "machine": machine(),
+        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "only")},
+        "configurations": results,
+        "ratios": compute_ratios(results, vars(args)),
+    }
+    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    markdown = to_markdown(report)
+    (out / "bench.md").write_text(markdown)
+    print("\n" + markdown, end="")
+    failed = [r["name"] for r in results if "error" in r]
+    if failed:
+        print(f"error: {len(failed)} configurations failed: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+__all__ = ["RATIOS", "main"]
+
+if __name__ == "__main__":
+    sys.exit(main())

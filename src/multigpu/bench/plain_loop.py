@@ -1,0 +1,68 @@
+"""The baseline of ratio 1: the same network, data, batch and optimizer in a bare PyTorch loop.
+
+``python -m multigpu.bench.plain_loop --width 8 --batch 256 --steps 30 --warmup 5 --out x.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from multigpu.bench.step_timer import peak_memory_mb, sync
+from multigpu.data import FashionMNISTDataModule
+from multigpu.models import resnet18
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--width", type=int, default=8)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--data-root", default="data")
+    parser.add_argument("--data-source", default=None)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+
+    torch.manual_seed(42)
+    device = torch.device(args.device)
+    data = FashionMNISTDataModule(
+        root=args.data_root, source=args.data_source, pipeline="memory", batch_size=args.batch
+    )
+    data.setup("fit")
+    train = data.in_memory(data.train_set, device).to(device)
+    net = resnet18(width=args.width).to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(42))
+
+    start = None
+    for step in range(args.warmup + args.steps):
+        first = step * args.batch % (len(train) - args.batch)
+        images, labels = train[order[first : first + args.batch]]
+        loss = F.cross_entropy(net(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if step + 1 == args.warmup:
+            sync(device)
+            start = time.perf_counter()
+    sync(device)
+    seconds = time.perf_counter() - start
+    result = {
+        "timed_steps": args.steps,
+        "seconds": seconds,
+        "images_per_s": args.steps * args.batch / seconds,
+        **peak_memory_mb(device),
+    }
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

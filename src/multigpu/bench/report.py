@@ -1,0 +1,127 @@
+"""The ratios the performance targets are stated in, the GPU epoch targets, and the table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (name, numerator, denominator, what it measures, target as (comparison, value) or None)
+RATIOS = [
+    (
+        "1 framework overhead",
+        "plain_loop",
+        "lightning_memory",
+        "plain PyTorch images/s / our Lightning step's (width {width})",
+        ("<=", 1.05),
+    ),
+    (
+        "2 scatter_allreduce cost",
+        "single",
+        "scatter_allreduce_x{replicas}",
+        "one device images/s / {replicas} replicas' on the same hardware",
+        ("<=", 1.10),
+    ),
+    (
+        "3 DDP scaling (CPU)",
+        "ddp_x{processes}_1thread",
+        "ddp_x1_1thread",
+        "{processes} processes images/s / 1 process's, one thread each",
+        (">=", 1.7),
+    ),
+    (
+        "4 in-memory pipeline",
+        "lightning_memory",
+        "lightning_torchvision",
+        "in-memory images/s / torchvision DataLoader's, end to end (width {width})",
+        (">=", 1.5),
+    ),
+    (
+        "4b pipelines alone",
+        "loader_memory",
+        "loader_torchvision",
+        "in-memory batches/s / torchvision DataLoader's, no network",
+        None,
+    ),
+]
+# Ratio 5, on a GPU: (configuration, seconds per epoch at most, test accuracy at least).
+EPOCH_TARGETS = {"epoch_d2l": (2.0, 0.91), "epoch_fast": (0.8, 0.91)}
+H100_BF16_DENSE_FLOPS = 989e12
+
+
+def _check(value: float, op: str, target: float) -> bool:
+    return value <= target if op == "<=" else value >= target
+
+
+def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict]:
+    speed = {r["name"]: r.get("images_per_s") for r in results}
+    ratios = []
+    for name, top, bottom, meaning, target in RATIOS:
+        top, bottom = top.format(**settings), bottom.format(**settings)
+        if speed.get(top) is None or speed.get(bottom) is None:
+            continue
+        value = speed[top] / speed[bottom]
+        ratios.append(
+            {
+                "ratio": name,
+                "value": round(value, 3),
+                "target": f"{target[0]} {target[1]}" if target else None,
+                "met": _check(value, *target) if target else None,
+                "meaning": meaning.format(**settings),
+            }
+        )
+    for r in results:
+        if r["name"] in EPOCH_TARGETS and r.get("epoch_s"):
+            seconds, accuracy = EPOCH_TARGETS[r["name"]]
+            met = r["epoch_s"] <= seconds and (r.get("test_acc") or 0) >= accuracy
+            ratios.append(
+                {
+                    "ratio": f"5 {r['name']} s/epoch",
+                    "value": round(r["epoch_s"], 3),
+                    "target": f"<= {seconds} s, test acc >= {accuracy} (GPU)",
+                    "met": met,
+                    "meaning": f"seconds per epoch; test accuracy {r.get('test_acc'):.3f} after "
+                    f"{r.get('epochs')} epochs",
+                }
+            )
+    return ratios
+
+
+def mfu(flops_per_image: float | None, images_per_s: float | None, gpu: str | None):
+    """(achieved TFLOP/s, fraction of the H100's dense bf16 peak) for a training step."""
+    if not flops_per_image or not images_per_s:
+        return None, None
+    achieved = flops_per_image * images_per_s
+    peak = H100_BF16_DENSE_FLOPS if gpu and "H100" in gpu else None
+    return round(achieved / 1e12, 3), (round(achieved / peak, 4) if peak else None)
+
+
+def _cell(value: Any, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    m = report["machine"]
+    s = report["settings"]
+    lines = [
+        f"Machine: {m['cpu_cores']} CPU cores, GPU: {m['gpu'] or 'none'}, torch {m['torch']}. "
+        f"Global batch {s['batch']}, {s['steps']} timed steps after {s['warmup']} warm-up "
+        "steps per configuration, each in a fresh process, one after the other.",
+        "",
+        "| configuration | width | images/s | s/epoch | test acc | TFLOP/s | peak RSS (MB) "
+        "| peak GPU (MB) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report["configurations"]:
+        speed = _cell(r.get("images_per_s"), "{:.1f}") if "error" not in r else r["error"]
+        lines.append(
+            f"| {r['name']} | {_cell(r['width'] or None)} | {speed} "
+            f"| {_cell(r.get('epoch_s'), '{:.2f}')} | {_cell(r.get('test_acc'), '{:.3f}')} "
+            f"| {_cell(r.get('tflops'))} | {_cell(r.get('peak_rss_mb'))} "
+            f"| {_cell(r.get('peak_gpu_mb'))} |"
+        )
+    lines += ["", "| ratio | value | target | met | measures |", "| --- | --- | --- | --- | --- |"]
+    for r in report["ratios"]:
+        met = {True: "yes", False: "no", None: "-"}[r["met"]]
+        lines.append(
+            f"| {r['ratio']} | {r['value']:.2f} | {_cell(r['target'])} | {met} | {r['meaning']} |"
+        )
+    return "\n".join(lines) + "\n"

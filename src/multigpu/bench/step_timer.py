@@ -1,0 +1,60 @@
+"""Images per second over a fixed number of steps after warm-up, and the memory peaks."""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from pytorch_lightning import Callback, LightningModule, Trainer
+
+
+def peak_memory_mb(device: torch.device | None = None) -> dict[str, float | None]:
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    gpu_mb = None
+    if device is not None and device.type == "cuda":
+        gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20
+    return {"peak_rss_mb": round(rss_mb, 1), "peak_gpu_mb": gpu_mb and round(gpu_mb, 1)}
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer(Callback):
+    """Clock starts when step ``warmup`` ends and stops when the run's last step ends; rank 0
+    writes ``{images_per_s, timed_steps, seconds, peak_rss_mb, peak_gpu_mb}`` to ``path``."""
+
+    def __init__(self, path: str, warmup: int, global_batch: int):
+        self.path = Path(path)
+        self.warmup = warmup
+        self.global_batch = global_batch
+        self._start: float | None = None
+        self._steps = 0
+        self._end = 0.0
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
+        step = trainer.global_step
+        if step < self.warmup:
+            return
+        sync(pl_module.device)
+        now = time.perf_counter()
+        if step == self.warmup:
+            self._start = now
+        else:
+            self._steps, self._end = step - self.warmup, now
+
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero:
+            return
+        result: dict[str, Any] = {"timed_steps": self._steps}
+        if self._start is not None and self._steps:
+            seconds = self._end - self._start
+            result.update(seconds=seconds, images_per_s=self._steps * self.global_batch / seconds)
+        result.update(peak_memory_mb(trainer.strategy.root_device))
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text(json.dumps(result, indent=2) + "\n")

@@ -1,0 +1,66 @@
+"""``python -m multigpu.bench --tiny``: every configuration runs and the files are written.
+No timing is asserted (shared machines are noisy); the ratios are checked against the
+configurations' own numbers."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SHARED_DATA
+
+pytestmark = pytest.mark.subprocess
+
+# One configuration of each kind the bench runs (a plain loop, training steps, a loader alone,
+# whole epochs) and the pairs behind ratios 1, 4 and 4b; the strategies' own configurations
+# differ from lightning_memory only in their overrides, and tests/test_strategies.py runs those.
+ONLY = [
+    *("plain_loop", "lightning_memory", "lightning_torchvision"),
+    *("loader_memory", "loader_torchvision", "epoch_d2l"),
+]
+
+
+def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
+    out = tmp_path / "bench"
+    result = subprocess.run(
+        [sys.executable, "-m", "multigpu.bench", "--tiny", "--out", str(out), "--jobs", "2"]
+        + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA), "--only", *ONLY],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads((out / "bench.json").read_text())
+    rows = {r["name"]: r for r in report["configurations"]}
+    expected = set(ONLY)
+    assert set(rows) == expected
+    assert all(r["images_per_s"] > 0 for r in rows.values())
+    assert all(r["peak_rss_mb"] > 0 for r in rows.values() if "epoch" not in r["name"])
+    assert 0 <= rows["epoch_d2l"]["test_acc"] <= 1 and rows["epoch_d2l"]["epoch_s"] > 0
+
+    ratios = {r["ratio"]: r["value"] for r in report["ratios"]}
+    speed = {name: r["images_per_s"] for name, r in rows.items()}
+    recomputed = {
+        "1 framework overhead": speed["plain_loop"] / speed["lightning_memory"],
+        "4 in-memory pipeline": speed["lightning_memory"] / speed["lightning_torchvision"],
+        "4b pipelines alone": speed["loader_memory"] / speed["loader_torchvision"],
+    }
+    for name, value in recomputed.items():
+        assert ratios[name] == pytest.approx(value, rel=1e-2)
+    markdown = (out / "bench.md").read_text()
+    assert all(f"| {name} |" in markdown for name in expected)
+    assert "| 1 framework overhead |" in markdown and "| 4 in-memory pipeline |" in markdown
+
+
+def test_bench_refuses_bad_arguments(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "multigpu.bench", "--steps", "0", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2 and "--steps must be at least 1" in result.stderr
