@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +46,22 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 300, env: di
         text=True,
         timeout=timeout,
     )
+
+
+def copy_raw(shared_data: Path, root: Path) -> Path:
+    """The four shared ``.gz`` files copied into ``<root>/FashionMNIST/raw`` (to corrupt one)."""
+    from multigpu.data.idx import ALL_RAW_FILES
+
+    raw = root / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    for name in ALL_RAW_FILES:
+        shutil.copyfile(shared_data / "FashionMNIST" / "raw" / f"{name}.gz", raw / f"{name}.gz")
+    return raw
+
+
+def write_gz(path: Path, payload: bytes) -> None:
+    with gzip.open(path, "wb") as f:
+        f.write(payload)
 
 
 @pytest.fixture(scope="session")

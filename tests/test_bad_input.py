@@ -4,18 +4,15 @@ and the fix, and no traceback."""
 
 from __future__ import annotations
 
-import gzip
 import os
-import shutil
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, run_script
+from conftest import TINY, copy_raw, run_script, write_gz
 
-from multigpu.data.idx import ALL_RAW_FILES
 from multigpu.module import ImageClassifier
 
 pytestmark = pytest.mark.subprocess
@@ -87,19 +84,6 @@ def check_one_line_error(result, expected_status: int, text: str, cwd: Path) -> 
     assert not list(cwd.rglob("*.ckpt")) and not list(cwd.rglob("events.out.tfevents.*"))
 
 
-def raw_copy(shared_data: Path, root: Path) -> Path:
-    raw = root / "FashionMNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in ALL_RAW_FILES:
-        shutil.copyfile(shared_data / "FashionMNIST" / "raw" / f"{name}.gz", raw / f"{name}.gz")
-    return raw
-
-
-def write_gz(path: Path, payload: bytes) -> None:
-    with gzip.open(path, "wb") as f:
-        f.write(payload)
-
-
 LABELS = "t10k-labels-idx1-ubyte"
 IMAGES = "t10k-images-idx3-ubyte"
 DATA_CASES = {
@@ -137,7 +121,7 @@ def width4_checkpoint(path: Path) -> Path:
 
 def data_case(case: str, cwd: Path, shared_data: Path) -> list[str]:
     name, payload, _ = DATA_CASES[case]
-    raw = raw_copy(shared_data, cwd / "data")
+    raw = copy_raw(shared_data, cwd / "data")
     if payload is None:
         bad = raw / f"{name}.gz"
         bad.write_bytes(bad.read_bytes()[:100_000])

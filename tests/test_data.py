@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import copy_raw, write_gz
 
 from multigpu.data import FashionMNISTDataModule, SyntheticDataModule
 from multigpu.data.idx import ALL_RAW_FILES
@@ -96,14 +97,6 @@ def test_missing_files_name_folder_files_and_source(tmp_path):
     assert "github.com/zalandoresearch/fashion-mnist" in message
 
 
-def copy_raw(shared_data: Path, tmp_path: Path) -> Path:
-    raw = tmp_path / "FashionMNIST" / "raw"
-    raw.mkdir(parents=True)
-    for name in ALL_RAW_FILES:
-        shutil.copyfile(shared_data / "FashionMNIST" / "raw" / f"{name}.gz", raw / f"{name}.gz")
-    return raw
-
-
 def test_truncated_gz_names_the_file_and_leaves_no_partial(tmp_path, shared_data):
     raw = copy_raw(shared_data, tmp_path)
     bad = raw / "t10k-images-idx3-ubyte.gz"
@@ -112,11 +105,6 @@ def test_truncated_gz_names_the_file_and_leaves_no_partial(tmp_path, shared_data
         FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
     assert not (raw / "t10k-images-idx3-ubyte").exists()
     assert not list(raw.glob("*.partial"))
-
-
-def write_gz(path: Path, payload: bytes) -> None:
-    with gzip.open(path, "wb") as f:
-        f.write(payload)
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +102,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         logger=logger,
         _convert_="all",
     )
+    sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
     except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and to SIGTERM (SIGTERMException)
@@ -109,5 +111,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
         raise interrupted(signum, output_dir) from None
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # Lightning ignores it on Ctrl-C
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint_handler)
     return metrics.summary if trainer.is_global_zero else {}

@@ -41,7 +41,7 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
             f"scatter_allreduce_x{n}",
             "train",
             wide,
-            ["data.pipeline=memory", "strategy=scatter_allreduce", f"trainer.devices={n}", *cpu],
+            ["data.pipeline=memory", "strategy=scatter_allreduce", f"trainer.devices={n}"],
             {},
         ),
     ]

@@ -5,30 +5,20 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from multigpu.bench.step_timer import peak_memory_mb, sync
+from multigpu.bench.step_timer import sync, timed_run_parser, write_result
 from multigpu.data import FashionMNISTDataModule
 from multigpu.models import resnet18
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = timed_run_parser(__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=8)
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--data-root", default="data")
-    parser.add_argument("--data-source", default=None)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--out", required=True)
     args = parser.parse_args()
 
     torch.manual_seed(42)
@@ -54,14 +44,7 @@ def main() -> None:
             sync(device)
             start = time.perf_counter()
     sync(device)
-    seconds = time.perf_counter() - start
-    result = {
-        "timed_steps": args.steps,
-        "seconds": seconds,
-        "images_per_s": args.steps * args.batch / seconds,
-        **peak_memory_mb(device),
-    }
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.out, args.steps, args.batch, time.perf_counter() - start, device)
 
 
 if __name__ == "__main__":

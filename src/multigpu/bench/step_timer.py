@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import time
@@ -18,6 +19,26 @@ def peak_memory_mb(device: torch.device | None = None) -> dict[str, float | None
     if device is not None and device.type == "cuda":
         gpu_mb = torch.cuda.max_memory_allocated(device) / 2**20
     return {"peak_rss_mb": round(rss_mb, 1), "peak_gpu_mb": gpu_mb and round(gpu_mb, 1)}
+
+
+def timed_run_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every stand-alone timed configuration takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--data-root", default="data")
+    parser.add_argument("--data-source", default=None)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", required=True)
+    return parser
+
+
+def write_result(path: str | Path, steps: int, batch: int, seconds: float, device) -> None:
+    """What every timed configuration reports, as ``StepTimer`` writes it."""
+    result = {"timed_steps": steps, "seconds": seconds, "images_per_s": steps * batch / seconds}
+    result.update(peak_memory_mb(device))
+    Path(path).write_text(json.dumps(result, indent=2) + "\n")
 
 
 def sync(device: torch.device) -> None:
