@@ -66,6 +66,9 @@ def start_and_signal(cwd: Path, data_root: Path, signum: signal.Signals):
         [*command, "+callbacks.slow.seconds=0.2"],
         cwd=cwd,
         env=env,
+        # A shell starts background jobs with Ctrl-C ignored, and children inherit that; the
+        # run under test must see SIGINT as a terminal's Ctrl-C would deliver it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
