@@ -206,7 +206,7 @@ def machine() -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m multigpu.bench", description=__doc__)
-    parser.add_argument("--out", default="bench", help="folder for bench.json and bench.md")
+    parser.add_argument("--out", default="outputs/bench", help="folder for bench.json, bench.md")
     parser.add_argument("--batch", type=int, default=256, help="global batch size")
     parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
