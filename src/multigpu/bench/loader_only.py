@@ -6,11 +6,9 @@ costs when the step itself is not the bottleneck.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from multigpu.bench.step_timer import sync, timed_run_parser, write_result
+from multigpu.bench.step_timer import time_steps, timed_run_parser
 from multigpu.data import FashionMNISTDataModule
 
 
@@ -32,15 +30,12 @@ def main() -> None:
     if args.pipeline == "memory":
         data.in_memory(data.train_set, device)  # held on the device before the clock starts
     batches = iter(data.train_dataloader())
-    start = None
-    for step in range(args.warmup + args.steps):
-        images, labels = next(batches)
-        images = images.to(device, non_blocking=True)
-        if step + 1 == args.warmup:
-            sync(device)
-            start = time.perf_counter()
-    sync(device)
-    write_result(args.out, args.steps, args.batch, time.perf_counter() - start, device)
+
+    def step(i: int) -> None:
+        images, _ = next(batches)
+        images.to(device, non_blocking=True)
+
+    time_steps(step, args, device)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,10 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
-from multigpu.bench.step_timer import sync, timed_run_parser, write_result
+from multigpu.bench.step_timer import time_steps, timed_run_parser
 from multigpu.data import FashionMNISTDataModule
 from multigpu.models import resnet18
 
@@ -32,19 +30,15 @@ def main() -> None:
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(42))
 
-    start = None
-    for step in range(args.warmup + args.steps):
-        first = step * args.batch % (len(train) - args.batch)
+    def step(i: int) -> None:
+        first = i * args.batch % (len(train) - args.batch)
         images, labels = train[order[first : first + args.batch]]
         loss = F.cross_entropy(net(images), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        if step + 1 == args.warmup:
-            sync(device)
-            start = time.perf_counter()
-    sync(device)
-    write_result(args.out, args.steps, args.batch, time.perf_counter() - start, device)
+
+    time_steps(step, args, device)
 
 
 if __name__ == "__main__":

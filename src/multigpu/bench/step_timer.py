@@ -6,6 +6,7 @@ import argparse
 import json
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,19 @@ def write_result(path: str | Path, steps: int, batch: int, seconds: float, devic
     result = {"timed_steps": steps, "seconds": seconds, "images_per_s": steps * batch / seconds}
     result.update(peak_memory_mb(device))
     Path(path).write_text(json.dumps(result, indent=2) + "\n")
+
+
+def time_steps(step: Callable[[int], None], args: argparse.Namespace, device) -> None:
+    """Run ``step(i)`` for ``args.warmup`` untimed then ``args.steps`` timed steps, and write
+    the result to ``args.out``: the loop every stand-alone configuration shares."""
+    start = 0.0
+    for i in range(args.warmup + args.steps):
+        step(i)
+        if i + 1 == args.warmup:
+            sync(device)
+            start = time.perf_counter()
+    sync(device)
+    write_result(args.out, args.steps, args.batch, time.perf_counter() - start, device)
 
 
 def sync(device: torch.device) -> None:
