@@ -21,6 +21,50 @@ class GradientProbe(Callback):
             torch.save(grads, self.path)
 
 
+class FlatBufferProbe(Callback):
+    """Records, every step of a ``scatter_allreduce`` run, where its transfer buffers live and
+    whether every replica still computes with the root's parameters and buffers."""
+
+    def __init__(self, path: str):
+        self.path, self.steps = path, []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        strategy = trainer.strategy
+        root, *others = strategy.replicas
+        buffers = [g.flat for g in strategy._grads]
+        buffers += [b.flat for state in strategy._replica_states for b in state.buffers]
+        root_grads = zip(root.parameters(), strategy._grads[0].views, strict=True)
+        replica_states = zip(others, strategy._replica_states, strict=True)
+        self.steps.append(
+            {
+                "buffers": [b.data_ptr() for b in buffers],
+                "root_grads_in_flat": all(p.grad is view for p, view in root_grads),
+                "replicas_in_flat": all(in_flat(state_of(r), s) for r, s in replica_states),
+                "replicas_equal_root": all(
+                    torch.equal(a, b)
+                    for replica in others
+                    for a, b in zip(state_of(replica), state_of(root), strict=True)
+                ),
+            }
+        )
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        torch.save(self.steps, self.path)
+
+
+def state_of(net) -> list:
+    return list(net.parameters()) + list(net.buffers())
+
+
+def in_flat(tensors, state) -> bool:
+    """Every tensor is the view its FlatBuffers holds for it."""
+    return all(
+        tensors[i].data_ptr() == view.data_ptr()
+        for group, buffer in zip(state.groups, state.buffers, strict=True)
+        for i, view in zip(group, buffer.views, strict=True)
+    )
+
+
 class RaiseOnRank(Callback):
     """Fails one process of a DDP run at a given step, as a crashing rank would."""
 

@@ -9,9 +9,10 @@ from conftest import TINY, compose_config, run_script
 from multigpu.errors import UserError
 from multigpu.strategies import data_parallel, scatter_allreduce, trainer_devices
 from multigpu.strategies.comm import (
-    broadcast_coalesced,
+    FlatBuffer,
+    FlatBuffers,
     gather,
-    reduce_add_coalesced,
+    reduce_add,
     scatter,
     split_sizes,
 )
@@ -79,16 +80,41 @@ def test_scatter_gather_round_trip_keeps_gradients():
     assert x.grad[:4].eq(1).all() and x.grad[4:7].eq(2).all() and x.grad[7:].eq(3).all()
 
 
-def test_coalesced_reduce_and_broadcast_match_per_tensor_ones():
-    groups = [[torch.randn(3, 2), torch.randn(5)] for _ in range(3)]
-    total = reduce_add_coalesced(groups, torch.device("cpu"))
-    expected = torch.cat([sum(g[i] for g in groups).flatten() for i in range(2)])
-    torch.testing.assert_close(total, expected)
-    source = [torch.randn(3, 2), torch.randn(5)]
-    targets = [[torch.zeros(3, 2), torch.zeros(5)] for _ in range(2)]
-    broadcast_coalesced(source, targets)
-    for target in targets:
-        assert all(torch.equal(a, b) for a, b in zip(target, source, strict=True))
+def test_flat_buffer_packs_and_adopts():
+    tensors = [torch.randn(3, 2), torch.randn(5), torch.randn(())]
+    buffer = FlatBuffer(tensors)
+    flat = buffer.pack(tensors)
+    torch.testing.assert_close(flat, torch.cat([t.flatten() for t in tensors]), rtol=0, atol=0)
+    assert all(torch.equal(v, t) for v, t in zip(buffer.views, tensors, strict=True))
+    # Adopted tensors keep their value, then follow every write to the buffer.
+    adopted = [t.clone() for t in tensors]
+    buffer.adopt(adopted)
+    assert all(torch.equal(a, b) for a, b in zip(adopted, tensors, strict=True))
+    buffer.flat.mul_(2)
+    assert all(torch.equal(a, 2 * b) for a, b in zip(adopted, tensors, strict=True))
+    with pytest.raises(ValueError, match="one dtype"):
+        FlatBuffer([torch.zeros(2), torch.zeros(2, dtype=torch.int64)])
+
+
+def test_flat_buffers_copy_mixed_dtypes_between_owners():
+    source = [torch.randn(4), torch.tensor(7), torch.randn(2, 2)]
+    target = [torch.zeros(4), torch.tensor(0), torch.zeros(2, 2)]
+    sending, receiving = FlatBuffers(source), FlatBuffers(target)
+    receiving.adopt(target)
+    sending.pack(source)
+    receiving.copy_(sending)
+    assert all(torch.equal(a, b) for a, b in zip(target, source, strict=True))
+    assert target[1].dtype == torch.int64
+
+
+def test_reduce_add_sums_in_place_through_staging():
+    flats = [torch.randn(6) for _ in range(3)]
+    total = flats[0].clone()
+    staging = [None, torch.empty(6)]
+    result = reduce_add(total, flats[1:], staging)
+    assert result is total
+    torch.testing.assert_close(total, flats[0] + flats[1] + flats[2])
+    assert torch.equal(staging[1], flats[2])  # what crossed "devices" went through staging
 
 
 @pytest.mark.parametrize(

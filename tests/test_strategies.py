@@ -122,6 +122,27 @@ def test_on_after_backward_sees_the_summed_gradient(tmp_path):
         torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-7, msg=key)
 
 
+def test_scatter_allreduce_reuses_its_buffers_and_keeps_replicas_in_step(tmp_path):
+    """With BatchNorm (float and int64 buffers): after every step each replica holds exactly
+    the root's parameters and buffers, and no transfer buffer was allocated again."""
+    probe = tmp_path / "buffers.pt"
+    run(
+        tmp_path,
+        "scatter",
+        "strategy=scatter_allreduce",
+        "trainer.devices=3",
+        "model.net.norm=batch",
+        "trainer.max_epochs=2",
+        "+callbacks.probe._target_=probes.FlatBufferProbe",
+        f"+callbacks.probe.path={probe}",
+    )
+    steps = torch.load(probe)
+    assert len(steps) == 6
+    assert all(s["buffers"] == steps[0]["buffers"] for s in steps)
+    assert all(s["root_grads_in_flat"] and s["replicas_in_flat"] for s in steps)
+    assert all(s["replicas_equal_root"] for s in steps)
+
+
 def test_checkpoints_resume_across_strategies(tmp_path):
     two_epochs = "trainer.max_epochs=2"
     expected, _ = run(tmp_path, "straight", two_epochs)

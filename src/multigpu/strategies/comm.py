@@ -10,7 +10,6 @@ from collections.abc import Sequence
 
 import torch
 from torch import Tensor
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 
 def split_sizes(total: int, parts: int, weights: Sequence[float] | None = None) -> list[int]:
@@ -41,28 +40,68 @@ def gather(tensors: Sequence[Tensor], device: torch.device) -> Tensor:
     return torch.cat([t.to(device, non_blocking=True) for t in tensors])
 
 
-def flatten(tensors: Sequence[Tensor]) -> Tensor:
-    """One contiguous buffer: one transfer instead of one per tensor."""
-    return _flatten_dense_tensors(list(tensors))
+class FlatBuffer:
+    """Same-dtype tensors laid end to end in one buffer allocated once, with a view shaped like
+    each: a transfer is one copy, and every step reuses the same memory."""
+
+    def __init__(self, like: Sequence[Tensor], device: torch.device | None = None):
+        like = list(like)
+        dtypes = {t.dtype for t in like}
+        if len(dtypes) != 1:
+            raise ValueError(f"a FlatBuffer holds one dtype, got {sorted(map(str, dtypes))}")
+        sizes = [t.numel() for t in like]
+        device = like[0].device if device is None else device
+        self.flat = torch.empty(sum(sizes), dtype=like[0].dtype, device=device)
+        self.views = [v.view(t.shape) for v, t in zip(self.flat.split(sizes), like, strict=True)]
+
+    @torch.no_grad()
+    def pack(self, tensors: Sequence[Tensor]) -> Tensor:
+        torch._foreach_copy_(self.views, list(tensors))
+        return self.flat
+
+    @torch.no_grad()
+    def adopt(self, tensors: Sequence[Tensor]) -> None:
+        """Make each tensor (a parameter, a buffer) a view of this buffer, value and identity
+        kept: writing the buffer then writes them all, with no unpacking."""
+        self.pack(tensors)
+        for tensor, view in zip(tensors, self.views, strict=True):
+            tensor.data = view
 
 
-def unflatten_into(flat: Tensor, tensors: Sequence[Tensor]) -> None:
-    """Copy a flat buffer back into ``tensors`` (in place)."""
-    for tensor, value in zip(tensors, _unflatten_dense_tensors(flat, list(tensors)), strict=True):
-        tensor.copy_(value)
+class FlatBuffers:
+    """Tensors of mixed dtypes (BatchNorm's int64 counter beside float weights) as one
+    FlatBuffer per dtype."""
+
+    def __init__(self, like: Sequence[Tensor], device: torch.device | None = None):
+        like = list(like)
+        groups: dict[torch.dtype, list[int]] = {}
+        for i, tensor in enumerate(like):
+            groups.setdefault(tensor.dtype, []).append(i)
+        self.groups = list(groups.values())
+        self.buffers = [FlatBuffer([like[i] for i in g], device) for g in self.groups]
+
+    def _split(self, tensors: Sequence[Tensor]) -> list[list[Tensor]]:
+        return [[tensors[i] for i in group] for group in self.groups]
+
+    def pack(self, tensors: Sequence[Tensor]) -> None:
+        for buffer, part in zip(self.buffers, self._split(tensors), strict=True):
+            buffer.pack(part)
+
+    def adopt(self, tensors: Sequence[Tensor]) -> None:
+        for buffer, part in zip(self.buffers, self._split(tensors), strict=True):
+            buffer.adopt(part)
+
+    @torch.no_grad()
+    def copy_(self, source: FlatBuffers) -> None:
+        """One transfer per dtype from ``source`` (possibly on another device)."""
+        for mine, theirs in zip(self.buffers, source.buffers, strict=True):
+            mine.flat.copy_(theirs.flat, non_blocking=True)
 
 
-def reduce_add_coalesced(groups: Sequence[Sequence[Tensor]], device: torch.device) -> Tensor:
-    """Sum matching tensor lists from several devices into one flat buffer on ``device``."""
-    total = flatten(groups[0]).to(device)
-    for group in groups[1:]:
-        total += flatten(group).to(device, non_blocking=True)
+@torch.no_grad()
+def reduce_add(total: Tensor, flats: Sequence[Tensor], staging: Sequence[Tensor | None]) -> Tensor:
+    """Add flat buffers from other devices into ``total`` in place; a buffer on another device
+    first lands in its preallocated ``staging`` buffer on ``total``'s device."""
+    for flat, stage in zip(flats, staging, strict=True):
+        total += flat if stage is None else stage.copy_(flat, non_blocking=True)
     return total
-
-
-def broadcast_coalesced(tensors: Sequence[Tensor], targets: Sequence[Sequence[Tensor]]) -> None:
-    """Copy ``tensors`` into every list of ``targets`` (each on its own device), one flat
-    transfer per device."""
-    flat = flatten([t.detach() for t in tensors])
-    for target in targets:
-        unflatten_into(flat.to(target[0].device, non_blocking=True), target)

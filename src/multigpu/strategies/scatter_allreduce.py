@@ -9,6 +9,10 @@ root; the updated parameters and BatchNorm buffers go back to every replica, aga
 buffer per device. Reduce-then-broadcast is an allreduce whose second half carries the updated
 weights instead of the summed gradients: the same two transfers, one optimizer state, and
 replicas that cannot drift.
+
+The flat buffers are allocated once: each replica's parameters, buffers and gradients are views
+of its own flat buffers, and so are the root's gradients, so a step allocates nothing for the
+transfers and unpacks nothing on the replicas.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from torch.optim import Optimizer
 
 from multigpu.errors import UserError
 from multigpu.strategies.comm import (
-    broadcast_coalesced,
+    FlatBuffer,
+    FlatBuffers,
     gather,
-    reduce_add_coalesced,
+    reduce_add,
     scatter,
     split_sizes,
-    unflatten_into,
 )
 from multigpu.strategies.devices import check_available, device_ids, resolve_accelerator
 from multigpu.strategies.in_process import InProcessStrategy
@@ -67,26 +71,46 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         self.trace_steps = trace_steps
         self.replicas: list[nn.Module] = []
         self._steps_traced = 0
+        self._active: list[int] = []
+        self._replica_states: list[FlatBuffers] = []
+        self._grads: list[FlatBuffer] = []
+        self._staging: list[Tensor | None] = []
 
     # Replicas ---------------------------------------------------------------------------------
     def _setup_model(self, model: nn.Module) -> nn.Module:
-        """Replica 0 is the root network itself; the others are copies on their devices."""
+        """Replica 0 is the root network itself; the others are copies on their devices whose
+        state and gradients live in flat buffers, as do the root's gradients."""
         root = model.net
         self.replicas = [root] + [copy.deepcopy(root).to(d) for d in self.parallel_devices[1:]]
+        if len(self.replicas) == 1:
+            return model
+        self._root_state = FlatBuffers(_state(root))
+        self._replica_states = []
         for replica in self.replicas[1:]:
             replica.requires_grad_(True)
+            state = FlatBuffers(_state(replica))
+            state.adopt(_state(replica))
+            self._replica_states.append(state)
+        self._grads = [FlatBuffer(list(r.parameters())) for r in self.replicas]
+        for replica, grads in zip(self.replicas[1:], self._grads[1:], strict=True):
+            grads.flat.zero_()
+            for p, view in zip(replica.parameters(), grads.views, strict=True):
+                p.grad = view
+        self._staging = [
+            None
+            if g.flat.device == self.root_device
+            else torch.empty_like(g.flat, device=self.root_device)
+            for g in self._grads[1:]
+        ]
         return model
 
-    def _replica_tensors(self, replica: nn.Module) -> list[Tensor]:
-        return [p.data for p in replica.parameters()] + list(replica.buffers())
-
     def sync_replicas(self) -> None:
-        """Root parameters and BatchNorm buffers to every other replica, one buffer each."""
-        if len(self.replicas) > 1:
-            broadcast_coalesced(
-                self._replica_tensors(self.replicas[0]),
-                [self._replica_tensors(r) for r in self.replicas[1:]],
-            )
+        """Root parameters and BatchNorm buffers to every other replica: one copy per device
+        (and dtype) straight into the tensors the replica computes with."""
+        if self._replica_states:
+            self._root_state.pack(_state(self.replicas[0]))
+            for state in self._replica_states:
+                state.copy_(self._root_state)
 
     def on_train_start(self) -> None:
         self.sync_replicas()  # weights restored from a checkpoint, or changed since setup
@@ -94,7 +118,7 @@ class ScatterAllreduceStrategy(InProcessStrategy):
     # Forward: scatter, replicas, gather -------------------------------------------------------
     def run_network(self, images: Tensor) -> Tensor:
         sizes = split_sizes(len(images), len(self.replicas), self.split_weights)
-        active = [i for i, size in enumerate(sizes) if size]
+        active = self._active = [i for i, size in enumerate(sizes) if size]
         shards = scatter(
             images, [sizes[i] for i in active], [self.parallel_devices[i] for i in active]
         )
@@ -127,32 +151,41 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         module = self.lightning_module
         self.pre_backward(closure_loss)
         closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        self._bind_root_grads()
         self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
         self.reduce_gradients()
         closure_loss = self.precision_plugin.post_backward(closure_loss, module)
         self.post_backward(closure_loss)
         return closure_loss
 
-    def reduce_gradients(self) -> None:
-        """Sum every replica's gradients into the root's, one flat buffer per device, and
-        clear the replicas' gradients for the next step."""
-        root_params = list(self.replicas[0].parameters())
-        contributing = [
-            r for r in self.replicas[1:] if any(p.grad is not None for p in r.parameters())
-        ]
-        if not contributing:
+    def _bind_root_grads(self) -> None:
+        """Point the root's gradients at its flat buffer, so backward accumulates into it.
+        ``zero_grad`` sets them to None each step; between accumulated batches they stay."""
+        if not self._grads:
             return
-        groups = [
-            [p.grad if p.grad is not None else torch.zeros_like(p) for p in replica.parameters()]
-            for replica in (self.replicas[0], *contributing)
-        ]
-        total = reduce_add_coalesced(groups, self.root_device)
-        for p in root_params:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        unflatten_into(total, [p.grad for p in root_params])
-        for replica in contributing:
-            replica.zero_grad(set_to_none=True)
+        params, buffer = list(self.replicas[0].parameters()), self._grads[0]
+        if all(p.grad is view for p, view in zip(params, buffer.views, strict=True)):
+            return
+        if all(p.grad is None for p in params):
+            buffer.flat.zero_()
+        else:
+            buffer.pack([torch.zeros_like(p) if p.grad is None else p.grad for p in params])
+        for p, view in zip(params, buffer.views, strict=True):
+            p.grad = view
+
+    def reduce_gradients(self) -> None:
+        """Sum the active replicas' gradients into the root's, one flat transfer per device,
+        and zero theirs for the next step."""
+        others = [i for i in self._active if i > 0]
+        if not others:
+            return
+        reduce_add(
+            self._grads[0].flat,
+            [self._grads[i].flat for i in others],
+            [self._staging[i - 1] for i in others],
+        )
+        for i in others:
+            self._grads[i].flat.zero_()
 
     def optimizer_step(self, optimizer: Optimizer, closure: Any, model: Any = None, **kwargs: Any):
         result = super().optimizer_step(optimizer, closure, model, **kwargs)
@@ -160,8 +193,14 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         return result
 
     def teardown(self) -> None:
-        self.replicas = []
+        self.replicas, self._replica_states, self._grads, self._staging = [], [], [], []
         super().teardown()
+
+
+def _state(net: nn.Module) -> list[Tensor]:
+    """What a replica must share with the root: parameters and buffers, as the objects the
+    network holds (so that adopting them into a flat buffer reaches the network)."""
+    return list(net.parameters()) + list(net.buffers())
 
 
 def scatter_allreduce(
