@@ -12,7 +12,7 @@ from multigpu.training import train
 
 
 def epoch_batches(loader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    sampler = getattr(loader.sampler, "sampler", loader.sampler)  # inside a BatchSampler
+    sampler = getattr(loader.sampler, "sampler", loader.sampler)  # inside IndexBatches
     sampler.set_epoch(epoch)
     return list(loader)
 

@@ -28,7 +28,7 @@ def main() -> None:
     train = data.in_memory(data.train_set, device).to(device)
     net = resnet18(width=args.width).to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=args.lr)
-    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(42))
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(42)).to(device)
 
     def step(i: int) -> None:
         first = i * args.batch % (len(train) - args.batch)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 from pytorch_lightning import LightningDataModule
 from torch import Tensor
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from multigpu.data.augment import augment
-from multigpu.data.memory import TensorImages, to_tensor_images
+from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
 from multigpu.errors import UserError
 
 PIPELINES = ("torchvision", "memory")
@@ -160,8 +160,9 @@ class ImageDataModule(LightningDataModule):
         sampler = EpochSampler(dataset, processes, rank, shuffle=shuffle, seed=self.seed)
         sampler.trainer = trainer
         if self.pipeline == "memory":
-            batches = BatchSampler(sampler, self.per_process_batch_size, drop_last=False)
-            return DataLoader(self.in_memory(dataset), batch_size=None, sampler=batches)
+            held = self.in_memory(dataset)
+            batches = IndexBatches(sampler, self.per_process_batch_size, held.images.device)
+            return DataLoader(held, batch_size=None, sampler=batches)
         return DataLoader(
             dataset,
             batch_size=self.per_process_batch_size,

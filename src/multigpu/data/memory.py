@@ -7,11 +7,11 @@ Batches come out in the same order, with the same values, as the torchvision pip
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor
-from torch.utils.data import Dataset, Subset, TensorDataset
+from torch.utils.data import Dataset, Sampler, Subset, TensorDataset
 
 
 class TensorImages(Dataset):
@@ -42,6 +42,21 @@ class TensorImages(Dataset):
         if self.images.device == device:
             return self
         return TensorImages(self.images.to(device), self.labels.to(device), self.mean, self.std)
+
+
+class IndexBatches:
+    """Batches of indices in ``sampler``'s order, cut on ``device``: the epoch's order crosses
+    to the GPU in one copy when the epoch starts, not one small copy per step."""
+
+    def __init__(self, sampler: Sampler[int], batch_size: int, device: torch.device):
+        self.sampler, self.batch_size, self.device = sampler, batch_size, device
+
+    def __iter__(self) -> Iterator[Tensor]:
+        order = torch.tensor(list(self.sampler), dtype=torch.long).to(self.device)
+        return iter(order.split(self.batch_size))
+
+    def __len__(self) -> int:
+        return -(-len(self.sampler) // self.batch_size)
 
 
 def to_tensor_images(dataset: Dataset, mean: float = 0.0, std: float = 1.0) -> TensorImages:
