@@ -5,20 +5,24 @@ configurations' own numbers."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
 import pytest
 from conftest import REPO, SHARED_DATA
 
+from multigpu.bench.report import paired_ratio
+
 pytestmark = pytest.mark.subprocess
 
 # One configuration of each kind the bench runs (a plain loop, training steps, a loader alone,
-# whole epochs) and the pairs behind ratios 1, 4 and 4b; the strategies' own configurations
-# differ from lightning_memory only in their overrides, and tests/test_strategies.py runs those.
+# whole epochs, runs side by side) and the pairs behind ratios 1, 4 and 4b; the strategies'
+# own configurations differ from lightning_memory only in their overrides, and
+# tests/test_strategies.py runs those.
 ONLY = [
     *("plain_loop", "lightning_memory", "lightning_torchvision"),
-    *("loader_memory", "loader_torchvision", "epoch_d2l"),
+    *("loader_memory", "loader_torchvision", "epoch_d2l", "independent_x2_1thread"),
 ]
 
 
@@ -40,6 +44,12 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     assert all(r["images_per_s"] > 0 for r in rows.values())
     assert all(r["peak_rss_mb"] > 0 for r in rows.values() if "epoch" not in r["name"])
     assert 0 <= rows["epoch_d2l"]["test_acc"] <= 1 and rows["epoch_d2l"]["epoch_s"] > 0
+    side_by_side = rows["independent_x2_1thread"]  # two runs at once: their speeds add up
+    assert rows["lightning_memory"]["batch"] == 32 and side_by_side["batch"] == 16  # DDP's share
+    assert len(side_by_side["images_per_s_each"]) == 2
+    assert side_by_side["images_per_s"] == pytest.approx(
+        sum(side_by_side["images_per_s_each"]), rel=1e-3
+    )
 
     ratios = {r["ratio"]: r["value"] for r in report["ratios"]}
     speed = {name: r["images_per_s"] for name, r in rows.items()}
@@ -64,3 +74,12 @@ def test_bench_refuses_bad_arguments(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2 and "--steps must be at least 1" in result.stderr
+
+
+def test_ratios_pair_the_rounds_both_sides_ran_in():
+    top = {"rounds": [0, 1, 2], "images_per_s_runs": [100.0, 200.0, 300.0], "images_per_s": 200}
+    bottom = {"rounds": [0, 2], "images_per_s_runs": [50.0, 100.0], "images_per_s": 75}
+    value, rounds = paired_ratio(top, bottom)  # round 1 failed on the bottom side
+    assert rounds == [100 / 50, 300 / 100] and value == statistics.median(rounds)
+    single = {"rounds": [0], "images_per_s_runs": [80.0], "images_per_s": 80.0}
+    assert paired_ratio(top, single) == (200 / 80, [])

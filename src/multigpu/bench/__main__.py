@@ -69,12 +69,17 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
                     one_thread,
                 )
             )
+        if args.processes > 1:  # what the hardware allows: DDP's per-process work, no talking
+            independent = f"independent_x{args.processes}_1thread"
+            configs.append((independent, "independent", wide, ["data.pipeline=memory"], one_thread))
     return [
         {
             "name": name,
             "kind": kind,
+            # Each independent run does one DDP process's share of the batch.
+            "batch": args.batch // args.processes if kind == "independent" else args.batch,
             "width": width,
-            "overrides": [*cpu, *extra] if kind == "train" else extra,
+            "overrides": [*cpu, *extra] if kind in ("train", "independent") else extra,
             "env": env,
         }
         for name, kind, width, extra, env in configs
@@ -111,7 +116,7 @@ def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> l
         sys.executable,
         str(REPO / "train.py"),
         f"model.net.width={config['width']}",
-        f"data.batch_size={args.batch}",
+        f"data.batch_size={config['batch']}",
         f"data.root={args.data_root}",
         f"data.source={args.data_source or 'null'}",
         f"trainer.max_steps={args.warmup + args.steps}",
@@ -123,32 +128,52 @@ def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> l
         "+callbacks.timer._target_=multigpu.bench.StepTimer",
         f"+callbacks.timer.path={result}",
         f"+callbacks.timer.warmup={args.warmup}",
-        f"+callbacks.timer.global_batch={args.batch}",
+        f"+callbacks.timer.global_batch={config['batch']}",
         f"hydra.run.dir={run_dir}",
         *config["overrides"],
     ]
 
 
 def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    result = out / "runs" / f"{config['name']}.json"
-    result.parent.mkdir(parents=True, exist_ok=True)
-    result.unlink(missing_ok=True)
+    """One configuration: one process, or ``--processes`` independent ones side by side."""
+    copies = args.processes if config["kind"] == "independent" else 1
+    suffixes = [f".{k}" for k in range(copies)] if copies > 1 else [""]
+    results = [out / "runs" / f"{config['name']}{suffix}.json" for suffix in suffixes]
+    for result in results:
+        result.parent.mkdir(parents=True, exist_ok=True)
+        result.unlink(missing_ok=True)
     env = {**os.environ, **config["env"]}
     started = time.perf_counter()
-    proc = subprocess.run(
-        command(config, args, result), env=env, capture_output=True, text=True, cwd=os.getcwd()
-    )
+    procs = [start(command(config, args, r), r.with_suffix(".log"), env) for r in results]
+    for proc in procs:
+        proc.wait()
     entry = {k: config[k] for k in ("name", "width", "overrides", "env")}
     entry["wall_s"] = round(time.perf_counter() - started, 1)
-    if config["kind"] == "epoch" and proc.returncode == 0:
-        epoch_result(result.with_suffix(""), result)
-    if proc.returncode != 0 or not result.is_file():
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        lines = [line for line in lines if line.strip() and "HYDRA_FULL_ERROR" not in line]
-        entry["error"] = (lines[-1] if lines else f"exit status {proc.returncode}")[:300]
-        return entry
-    entry.update(json.loads(result.read_text()))
+    for proc, result in zip(procs, results, strict=True):
+        if config["kind"] == "epoch" and proc.returncode == 0:
+            epoch_result(result.with_suffix(""), result)
+        if proc.returncode != 0 or not result.is_file():
+            entry["error"] = last_line(result.with_suffix(".log"), proc.returncode)
+            return entry
+    measured = [json.loads(result.read_text()) for result in results]
+    entry.update(measured[0])
+    if copies > 1:  # side by side: their throughputs add up; memory is each one's
+        entry["images_per_s"] = sum(m["images_per_s"] for m in measured)
+        entry["images_per_s_each"] = [round(m["images_per_s"], 2) for m in measured]
     return entry
+
+
+def start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Output to a file: a pipe left unread while a sibling runs would stall the run."""
+    with log.open("w") as sink:
+        return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def last_line(log: Path, returncode: int) -> str:
+    """What a failed run said last (its one-line error), for the table."""
+    lines = log.read_text(errors="replace").strip().splitlines()
+    lines = [line for line in lines if line.strip() and "HYDRA_FULL_ERROR" not in line]
+    return (lines[-1] if lines else f"exit status {returncode}")[:300]
 
 
 def combine(entries: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
@@ -156,7 +181,9 @@ def combine(entries: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, 
     good = [e for e in entries if "error" not in e]
     if not good:
         return entries[-1]
+    good.sort(key=lambda e: e["round"])
     row = dict(good[-1])
+    row["rounds"] = [e["round"] for e in good]
     row["images_per_s_runs"] = [round(e["images_per_s"], 2) for e in good]
     row["images_per_s"] = statistics.median(e["images_per_s"] for e in good)
     for key in ("peak_rss_mb", "peak_gpu_mb"):
@@ -248,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     def measure(numbered: tuple[int, dict[str, Any]]) -> None:
         number, config = numbered
         entry = run(config, args, out)
+        entry["round"] = (number - 1) // len(configs)
         outcome = entry.get("error") or f"{entry['images_per_s']:.0f} images/s"
         print(f"[{number}/{len(order)}] {config['name']}: {outcome}", flush=True)
         runs[config["name"]].append(entry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 # (name, numerator, denominator, what it measures, target as (comparison, value) or None)
@@ -28,6 +29,21 @@ RATIOS = [
         (">=", 1.7),
     ),
     (
+        "3b hardware ceiling (CPU)",
+        "independent_x{processes}_1thread",
+        "ddp_x1_1thread",
+        "{processes} independent 1-thread runs side by side, images/s in all / one run's: "
+        "the most any scaling reaches on this machine",
+        None,
+    ),
+    (
+        "3c DDP against that ceiling",
+        "ddp_x{processes}_1thread",
+        "independent_x{processes}_1thread",
+        "DDP's images/s / the independent runs' together: what gradient exchange costs",
+        None,
+    ),
+    (
         "4 in-memory pipeline",
         "lightning_memory",
         "lightning_torchvision",
@@ -51,18 +67,31 @@ def _check(value: float, op: str, target: float) -> bool:
     return value <= target if op == "<=" else value >= target
 
 
+def paired_ratio(top: dict[str, Any], bottom: dict[str, Any]) -> tuple[float, list[float]]:
+    """The median over rounds of the ratio within each round, where both sides ran minutes
+    apart, so a machine that drifts over the run moves both sides alike; the ratio of the
+    rows' images/s when fewer than two rounds pair up."""
+    tops = dict(zip(top.get("rounds", []), top.get("images_per_s_runs", []), strict=True))
+    bottoms = dict(zip(bottom.get("rounds", []), bottom.get("images_per_s_runs", []), strict=True))
+    rounds = [tops[r] / bottoms[r] for r in sorted(tops.keys() & bottoms.keys())]
+    if len(rounds) > 1:
+        return statistics.median(rounds), rounds
+    return top["images_per_s"] / bottom["images_per_s"], []
+
+
 def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict]:
-    speed = {r["name"]: r.get("images_per_s") for r in results}
+    rows = {r["name"]: r for r in results if r.get("images_per_s") is not None}
     ratios = []
     for name, top, bottom, meaning, target in RATIOS:
         top, bottom = top.format(**settings), bottom.format(**settings)
-        if speed.get(top) is None or speed.get(bottom) is None:
+        if top not in rows or bottom not in rows:
             continue
-        value = speed[top] / speed[bottom]
+        value, rounds = paired_ratio(rows[top], rows[bottom])
         ratios.append(
             {
                 "ratio": name,
                 "value": round(value, 3),
+                "rounds": [round(r, 3) for r in rounds],
                 "target": f"{target[0]} {target[1]}" if target else None,
                 "met": _check(value, *target) if target else None,
                 "meaning": meaning.format(**settings),
@@ -118,10 +147,16 @@ def to_markdown(report: dict[str, Any]) -> str:
             f"| {_cell(r.get('tflops'))} | {_cell(r.get('peak_rss_mb'))} "
             f"| {_cell(r.get('peak_gpu_mb'))} |"
         )
-    lines += ["", "| ratio | value | target | met | measures |", "| --- | --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "| ratio | value | rounds | target | met | measures |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for r in report["ratios"]:
         met = {True: "yes", False: "no", None: "-"}[r["met"]]
+        rounds = ", ".join(f"{x:.2f}" for x in r.get("rounds") or []) or "-"
         lines.append(
-            f"| {r['ratio']} | {r['value']:.2f} | {_cell(r['target'])} | {met} | {r['meaning']} |"
+            f"| {r['ratio']} | {r['value']:.2f} | {rounds} | {_cell(r['target'])} | {met} "
+            f"| {r['meaning']} |"
         )
     return "\n".join(lines) + "\n"

@@ -37,7 +37,8 @@ def timed_run_parser(description: str) -> argparse.ArgumentParser:
 
 def write_result(path: str | Path, steps: int, batch: int, seconds: float, device) -> None:
     """What every timed configuration reports, as ``StepTimer`` writes it."""
-    result = {"timed_steps": steps, "seconds": seconds, "images_per_s": steps * batch / seconds}
+    result = {"timed_steps": steps, "batch": batch, "seconds": seconds}
+    result["images_per_s"] = steps * batch / seconds
     result.update(peak_memory_mb(device))
     Path(path).write_text(json.dumps(result, indent=2) + "\n")
 
@@ -62,7 +63,8 @@ def sync(device: torch.device) -> None:
 
 class StepTimer(Callback):
     """Clock starts when step ``warmup`` ends and stops when the run's last step ends; rank 0
-    writes ``{images_per_s, timed_steps, seconds, peak_rss_mb, peak_gpu_mb}`` to ``path``."""
+    writes ``{images_per_s, timed_steps, batch, seconds, peak_rss_mb, peak_gpu_mb}`` to
+    ``path``."""
 
     def __init__(self, path: str, warmup: int, global_batch: int):
         self.path = Path(path)
@@ -86,7 +88,7 @@ class StepTimer(Callback):
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
-        result: dict[str, Any] = {"timed_steps": self._steps}
+        result: dict[str, Any] = {"timed_steps": self._steps, "batch": self.global_batch}
         if self._start is not None and self._steps:
             seconds = self._end - self._start
             result.update(seconds=seconds, images_per_s=self._steps * self.global_batch / seconds)
