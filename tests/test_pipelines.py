@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-from conftest import TINY, compose_config
+from conftest import TINY, compose_config, run_script
 
 from multigpu.checkpoint import load_checkpoint, network_state
 from multigpu.data import FashionMNISTDataModule
@@ -89,3 +90,32 @@ def test_training_through_either_pipeline_ends_with_the_same_weights(tmp_path, d
         if augmented == "false":
             plain = memory
     assert not torch.equal(memory["0.weight"], plain["0.weight"])  # augmentation took effect
+
+
+@pytest.mark.distributed
+@pytest.mark.subprocess
+def test_pipelines_train_alike_under_ddp(tmp_path, data_root):
+    """Two real DDP processes, each reading its own shard: the in-memory pipeline (and the
+    per-rank augmentation) must end where the torchvision pipeline ends."""
+    weights = {}
+    for pipeline in ("torchvision", "memory"):
+        out = tmp_path / pipeline
+        result = run_script(
+            "train.py",
+            *TINY,
+            f"data.root={data_root}",
+            "data.train_subset=512",
+            "data.test_subset=128",
+            "data.batch_size=64",
+            "data.augment=true",
+            f"data.pipeline={pipeline}",
+            "strategy=ddp",
+            "trainer.devices=2",
+            "callbacks.test_figures=null",
+            f"hydra.run.dir={out}",
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        weights[pipeline] = network_state(load_checkpoint(out / "checkpoints" / "last.ckpt"))
+    for name, expected in weights["torchvision"].items():
+        torch.testing.assert_close(weights["memory"][name], expected, rtol=0, atol=1e-6, msg=name)
