@@ -32,8 +32,8 @@ RATIOS = [
         "3b hardware ceiling (CPU)",
         "independent_x{processes}_1thread",
         "ddp_x1_1thread",
-        "{processes} independent 1-thread runs side by side, images/s in all / one run's: "
-        "the most any scaling reaches on this machine",
+        "{processes} independent 1-thread runs side by side, images/s in all / 1 DDP "
+        "process's: the most any scaling reaches on this machine",
         None,
     ),
     (
