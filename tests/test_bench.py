@@ -17,11 +17,11 @@ from multigpu.bench.report import paired_ratio
 pytestmark = pytest.mark.subprocess
 
 # One configuration of each kind the bench runs (a plain loop, training steps, a loader alone,
-# whole epochs, runs side by side) and the pairs behind ratios 1, 4 and 4b; the strategies'
+# whole epochs, runs side by side) and the pairs behind ratios 1, 1b, 4 and 4b; the strategies'
 # own configurations differ from lightning_memory only in their overrides, and
 # tests/test_strategies.py runs those.
 ONLY = [
-    *("plain_loop", "lightning_memory", "lightning_torchvision"),
+    *("plain_loop", "lightning_memory", "lightning_torchvision", "lightning_memory_nhwc"),
     *("loader_memory", "loader_torchvision", "epoch_d2l", "independent_x2_1thread"),
 ]
 
@@ -55,6 +55,7 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     speed = {name: r["images_per_s"] for name, r in rows.items()}
     recomputed = {
         "1 framework overhead": speed["plain_loop"] / speed["lightning_memory"],
+        "1b channels_last": speed["lightning_memory_nhwc"] / speed["lightning_memory"],
         "4 in-memory pipeline": speed["lightning_memory"] / speed["lightning_torchvision"],
         "4b pipelines alone": speed["loader_memory"] / speed["loader_torchvision"],
     }

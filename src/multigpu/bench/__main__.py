@@ -32,16 +32,18 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
     narrow, wide, n = args.width, args.scaling_width, args.replicas
     cpu = ["trainer.accelerator=cpu"] if not torch.cuda.is_available() else []
     one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    memory = ["data.pipeline=memory"]
     configs = [
         ("plain_loop", "plain", narrow, [], {}),
-        ("lightning_memory", "train", narrow, ["data.pipeline=memory"], {}),
+        ("lightning_memory", "train", narrow, memory, {}),
         ("lightning_torchvision", "train", narrow, ["data.pipeline=torchvision"], {}),
-        ("single", "train", wide, ["data.pipeline=memory"], {}),
+        ("lightning_memory_nhwc", "train", narrow, [*memory, "model.channels_last=true"], {}),
+        ("single", "train", wide, memory, {}),
         (
             f"scatter_allreduce_x{n}",
             "train",
             wide,
-            ["data.pipeline=memory", "strategy=scatter_allreduce", f"trainer.devices={n}"],
+            [*memory, "strategy=scatter_allreduce", f"trainer.devices={n}"],
             {},
         ),
     ]
@@ -65,13 +67,13 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
                     f"ddp_x{processes}_1thread",
                     "train",
                     wide,
-                    ["data.pipeline=memory", "strategy=ddp", f"trainer.devices={processes}"],
+                    [*memory, "strategy=ddp", f"trainer.devices={processes}"],
                     one_thread,
                 )
             )
         if args.processes > 1:  # what the hardware allows: DDP's per-process work, no talking
             independent = f"independent_x{args.processes}_1thread"
-            configs.append((independent, "independent", wide, ["data.pipeline=memory"], one_thread))
+            configs.append((independent, "independent", wide, memory, one_thread))
     return [
         {
             "name": name,

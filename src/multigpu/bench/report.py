@@ -15,6 +15,13 @@ RATIOS = [
         ("<=", 1.05),
     ),
     (
+        "1b channels_last",
+        "lightning_memory_nhwc",
+        "lightning_memory",
+        "our step's images/s with model.channels_last=true / without (width {width})",
+        None,
+    ),
+    (
         "2 scatter_allreduce cost",
         "single",
         "scatter_allreduce_x{replicas}",
