@@ -7,13 +7,14 @@ from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
 from multigpu.sweep import exit_status, keep_sweeping
-from multigpu.training import train
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 @report_user_errors
 @keep_sweeping
 def main(cfg: DictConfig) -> float | None:
+    from multigpu.training import train  # torch and Lightning: not for --help or a typo
+
     return train(cfg).get("test_acc")
 
 

@@ -198,3 +198,26 @@ def test_bad_ckpt_path(case, outcomes):
     result, cwd = outcomes[f"ckpt:{case}"]
     check_one_line_error(result, 2, text, cwd)
     assert "ckpt_path=" in result.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "status"),
+    [
+        ("train.py", ["strategy=horovod"], 1),
+        ("train.py", ["--help"], 0),
+        ("eval.py", ["--help"], 0),
+    ],
+    ids=["unknown_option", "train_help", "eval_help"],
+)
+def test_hydra_answers_before_torch_is_imported(script, args, status, tmp_path):
+    """``--help`` and Hydra's own errors come back in about a second: the scripts import torch
+    and Lightning only once a run starts."""
+    result = run_script(script, *args, cwd=tmp_path, env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert result.returncode == status, result.stderr[-2000:]
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "hydra" in imported  # the imports are seen at all
+    assert "torch" not in imported and "pytorch_lightning" not in imported

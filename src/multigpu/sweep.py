@@ -14,9 +14,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from multigpu.callbacks.metrics_file import write_json_atomically
 from multigpu.cli import in_multirun
 from multigpu.errors import Interrupted, RunStopped, UserError
+from multigpu.jsonfile import write_json_atomically
 from multigpu.report.summary import to_text, write_report
 
 log = logging.getLogger(__name__)

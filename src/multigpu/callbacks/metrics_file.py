@@ -11,7 +11,6 @@ settings under ``run`` (strategy, devices, global batch size, lr, ...).
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from multigpu.errors import RunStopped
+from multigpu.jsonfile import write_json_atomically
 
 SCHEMA = 1
 EPOCH_KEYS = {
@@ -30,14 +30,6 @@ EPOCH_KEYS = {
     "epoch_s": "time/epoch_s",
     "samples_per_s": "throughput/samples_per_s",
 }
-
-
-def write_json_atomically(path: Path, data: dict[str, Any]) -> None:
-    """Write through a temporary file and rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(partial, path)
 
 
 def _median(values: list[float]) -> float | None:

@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from multigpu.strategies.devices import device_ids
-
 COLUMNS = [
     "job",
     "status",
@@ -33,6 +31,8 @@ SETTINGS = ("accelerator", "num_nodes", "precision", "width", "norm", "max_epoch
 
 
 def device_count(devices: Any) -> int:
+    from multigpu.strategies.devices import device_ids  # torch: only when a job is read
+
     try:
         return len(device_ids(devices))
     except Exception:
