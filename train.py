@@ -1,12 +1,10 @@
 """Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
 
-import sys
-
 import hydra
 from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
-from multigpu.sweep import exit_status, keep_sweeping
+from multigpu.sweep import keep_sweeping
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -20,4 +18,3 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(exit_status())

@@ -28,10 +28,22 @@ TINY = [
 
 
 def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
-    """The config ``train.py`` would see, without Hydra's runtime (so ``output_dir`` is given)."""
+    """The config ``train.py`` would see, with Hydra's choices but without its runtime (so
+    ``output_dir`` is given)."""
     extra = [f"paths.output_dir={output_dir}"] if output_dir is not None else []
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="config", overrides=[*overrides, *extra])
+        return compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
+
+
+def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **machine):
+    """The run ``cfg`` resolves to on a machine described here (a GPU machine, a cluster job),
+    whatever this one is."""
+    from multigpu.cli import hydra_runtime
+    from multigpu.settings import Machine, resolve_run
+
+    choices, multirun = hydra_runtime(cfg)
+    machine = {"environ": {}, "multirun": multirun, **machine}
+    return resolve_run(cfg, choices, Machine(cuda_devices, cpu_cores, **machine))
 
 
 def run_script(script: str, *args: str, cwd: Path, timeout: float = 300, env: dict | None = None):

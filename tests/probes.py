@@ -7,6 +7,7 @@ import time
 
 import torch
 from pytorch_lightning import Callback
+from typing_extensions import override
 
 
 class GradientProbe(Callback):
@@ -15,6 +16,7 @@ class GradientProbe(Callback):
     def __init__(self, path: str):
         self.path = path
 
+    @override
     def on_after_backward(self, trainer, pl_module) -> None:
         if trainer.global_step == 0:
             grads = {n: p.grad.detach().clone() for n, p in pl_module.net.named_parameters()}
@@ -28,6 +30,7 @@ class FlatBufferProbe(Callback):
     def __init__(self, path: str):
         self.path, self.steps = path, []
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         strategy = trainer.strategy
         root, *others = strategy.replicas
@@ -48,6 +51,7 @@ class FlatBufferProbe(Callback):
             }
         )
 
+    @override
     def on_train_end(self, trainer, pl_module) -> None:
         torch.save(self.steps, self.path)
 
@@ -71,6 +75,7 @@ class RaiseOnRank(Callback):
     def __init__(self, rank: int, step: int):
         self.rank, self.step = rank, step
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             raise RuntimeError(f"rank {self.rank} fails on purpose at step {self.step}")
@@ -82,6 +87,7 @@ class HangOnRank(Callback):
     def __init__(self, rank: int, step: int, seconds: float = 600):
         self.rank, self.step, self.seconds = rank, step, seconds
 
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             time.sleep(self.seconds)
@@ -93,6 +99,7 @@ class SlowAfterEpoch(Callback):
     def __init__(self, epoch: int, seconds: float):
         self.epoch, self.seconds = epoch, seconds
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if trainer.current_epoch >= self.epoch:
             time.sleep(self.seconds)
@@ -104,6 +111,7 @@ class LossLog(Callback):
     def __init__(self, path: str):
         self.path = path
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         with open(self.path, "a") as f:
             f.write(f"{float(outputs['loss'])}\n")
@@ -116,6 +124,7 @@ class DieDuringCheckpointWrite(Callback):
     def __init__(self, epoch: int):
         self.epoch = epoch
 
+    @override
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.current_epoch != self.epoch:
             return

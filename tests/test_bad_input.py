@@ -4,6 +4,7 @@ and the fix, and no traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import struct
 from concurrent.futures import ThreadPoolExecutor
@@ -81,6 +82,9 @@ def check_one_line_error(result, expected_status: int, text: str, cwd: Path) -> 
     if expected_status == 2:
         last = result.stderr.strip().splitlines()[-1]
         assert last.startswith("error: ") and text in last
+        (record,) = cwd.rglob("metrics.json")  # the run's record says why it failed
+        recorded = json.loads(record.read_text())
+        assert recorded["status"] == "failed" and recorded["reason"] == last[len("error: ") :]
     assert not list(cwd.rglob("*.ckpt")) and not list(cwd.rglob("events.out.tfevents.*"))
 
 

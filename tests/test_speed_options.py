@@ -1,6 +1,7 @@
 """``model.channels_last`` and ``model.compile`` change how the network runs, not its results
-or its checkpoints; ``experiment=fast`` composes them. Compiling takes about a minute on the
-2-core CPU, so the compile cases are ``slow``."""
+or its checkpoints; ``experiment=fast`` composes them. Compiling with inductor takes about a
+minute on the 2-core CPU, so those cases are ``slow``; a recording backend (TorchDynamo's graph
+capture, then the captured graph as it is) shows in seconds that every replica runs compiled."""
 
 from __future__ import annotations
 
@@ -8,9 +9,22 @@ import pytest
 import torch
 from conftest import TINY, compose_config
 
-from multigpu.checkpoint import load_checkpoint
+from multigpu.checkpoint import load_checkpoint, network_state
 from multigpu.module import ImageClassifier
 from multigpu.training import train
+
+BATCH_SIZES: list[int] = []  # of every call into code the recording backend compiled
+
+
+@torch._dynamo.register_backend(name="recording")
+def recording_backend(graph: torch.fx.GraphModule, example_inputs):
+    def run(*args):
+        images = [a for a in args if isinstance(a, torch.Tensor) and a.shape[1:] == (1, 28, 28)]
+        BATCH_SIZES.extend(len(a) for a in images)
+        return graph.forward(*args)
+
+    return run
+
 
 NET = {"_target_": "multigpu.models.resnet18", "width": 4, "init_std": None}
 SGD = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1}
@@ -41,12 +55,45 @@ def test_speed_options_compute_what_the_plain_network_computes(options):
 
 @pytest.mark.slow
 def test_compiled_run_keeps_plain_checkpoint_keys(tmp_path):
-    overrides = [*TINY, "data=synthetic", "trainer.limit_train_batches=2", "model.compile=true"]
+    overrides = [*TINY, "data=synthetic", "+trainer.limit_train_batches=2", "model.compile=true"]
     overrides += ["model.channels_last=true", "data.pipeline=memory", "callbacks.test_figures=null"]
     summary = train(compose_config(overrides, tmp_path))
     assert summary["status"] == "completed"
     state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["state_dict"]
     assert all(k.startswith("net.") for k in state) and not any("_orig_mod" in k for k in state)
+
+
+SYNTHETIC = [  # batches of 32, 32 and 16, then 32 test images
+    "data=synthetic",
+    "data.num_train=80",
+    "data.num_test=32",
+    "data.batch_size=32",
+    "data.shuffle=false",
+    "model.net.norm=none",
+    "model.net.init_std=null",
+    "callbacks.test_figures=null",
+]
+
+
+@pytest.mark.parametrize(
+    "strategy,devices,calls",
+    [("scatter_allreduce", 3, {11, 10, 6, 5}), ("dp", 1, {32, 16})],
+    ids=["scatter_allreduce", "dp"],
+)
+def test_compile_runs_every_replica_compiled(strategy, devices, calls, tmp_path):
+    """Every replica's shards (32 over 3 devices: 11, 11, 10; 16: 6, 5, 5) or DataParallel's
+    whole batches go through compiled code, and training ends where it ends uncompiled."""
+    common = [*TINY, *SYNTHETIC, f"strategy={strategy}", f"trainer.devices={devices}"]
+    weights = {}
+    for compiled in ("false", "{backend:recording}"):
+        torch._dynamo.reset()
+        BATCH_SIZES.clear()
+        out = tmp_path / compiled.strip("{}").replace(":", "_")
+        assert train(compose_config([*common, f"model.compile={compiled}"], out))["epochs"] == 1
+        weights[compiled] = network_state(load_checkpoint(out / "checkpoints" / "last.ckpt"))
+    assert calls <= set(BATCH_SIZES)
+    for name, expected in weights["false"].items():
+        torch.testing.assert_close(weights["{backend:recording}"][name], expected, msg=name)
 
 
 def test_fast_experiment_composes_the_speed_options(tmp_path):

@@ -14,9 +14,7 @@ import pytorch_lightning as pl
 import torch
 from conftest import compose_config, run_script
 
-from multigpu.build import build
-from multigpu.scaling import apply_scaling_rules
-from multigpu.training import train
+from multigpu.training import build_module, resolve, train
 
 BATCH, SAMPLES = 32, 80  # steps of 32, 32, 16: K = 3 per epoch, the last one uneven
 EXACT = [
@@ -66,9 +64,9 @@ def reference(tmp_path_factory):
 def initial_state(tmp_path) -> dict:
     """The parameters before training: the module built after the same seeding as ``train``."""
     cfg = compose_config(EXACT, tmp_path)
-    apply_scaling_rules(cfg)
-    pl.seed_everything(cfg.seed, verbose=False)
-    return build(cfg.model, _recursive_=False).state_dict()
+    run = resolve(cfg)
+    pl.seed_everything(run.seed, verbose=False)
+    return build_module(cfg.model, run).state_dict()
 
 
 @pytest.mark.parametrize(

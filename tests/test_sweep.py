@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -14,10 +15,8 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import CONF, TINY, compose_config, run_script
+from conftest import CONF, TINY, compose_config, resolve_on, run_script
 from hydra import compose, initialize_config_dir
-
-from multigpu.scaling import apply_scaling_rules
 
 pytestmark = pytest.mark.subprocess
 
@@ -104,10 +103,15 @@ def test_report_command_rewrites_a_copied_sweep(sweep, tmp_path):
     for name in ("summary.csv", "summary.md", "test_acc.png", "scaling.png"):
         (copy / name).unlink()
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.report", str(copy)], capture_output=True, text=True
+        [sys.executable, "-m", "multigpu.report", str(copy)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
     )
     assert result.returncode == 0, result.stderr
     assert read_summary(copy) == read_summary(sweep)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "matplotlib" in imported and "torch" not in imported  # JSON in, pictures out
     assert_png(copy / "scaling.png")
     missing = subprocess.run(
         [sys.executable, "-m", "multigpu.report", str(tmp_path / "nope")],
@@ -142,8 +146,8 @@ def test_d2l_scaling_pairs_batch_and_lr_with_devices(tmp_path):
     seen = []
     for devices in (1, 2):
         cfg = compose_config(["experiment=d2l_scaling", f"trainer.devices={devices}"], tmp_path)
-        apply_scaling_rules(cfg)
-        seen.append((cfg.strategy.name, cfg.data.batch_size, cfg.model.optimizer.lr))
+        run = resolve_on(cfg, cuda_devices=2)  # dp: a machine with two GPUs
+        seen.append((run.strategy, run.batch_size, run.lr))
     assert seen == [("dp", 256, 0.1), ("dp", 512, 0.2)]
 
 

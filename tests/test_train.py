@@ -14,7 +14,7 @@ from multigpu.training import train
 
 
 def test_train_function_with_fast_dev_run(tmp_path):
-    cfg = compose_config([*TINY, "data=synthetic", "trainer.fast_dev_run=true"], tmp_path)
+    cfg = compose_config([*TINY, "data=synthetic", "+trainer.fast_dev_run=true"], tmp_path)
     summary = train(cfg)
     assert summary["status"] == "completed" and summary["epochs"] == 1
     assert 0 <= summary["test_acc"] <= 1
@@ -69,7 +69,7 @@ def test_eval_reports_the_runs_test_accuracy(finished_run, data_root):
         f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}",
         f"data.root={data_root}",
         "data.test_subset=1000",
-        "accelerator=cpu",
+        "trainer.accelerator=cpu",
         cwd=finished_run,
     )
     assert result.returncode == 0, result.stderr[-3000:]

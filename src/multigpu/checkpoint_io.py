@@ -1,46 +1,36 @@
 """Checkpoint files that are either complete or absent: a reader never sees half of one.
 
-The checkpoint is serialised in memory, written to ``<name>.partial`` beside the target,
-flushed to disk, then renamed over the target (``os.replace`` is atomic on POSIX). A process
-killed during the write leaves the previous checkpoint untouched and a stray ``.partial``
-that the next save overwrites.
+Lightning's ``torch.save`` checkpoint is serialised in memory, then written through
+``multigpu.atomic`` (a temporary file beside the target, flushed to disk, renamed over it). A
+process killed during the write leaves the previous checkpoint untouched.
 """
 
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
+from typing_extensions import override
+
+from multigpu.atomic import atomic_file
 
 
-def write_bytes(file: io.BufferedWriter, data: bytes) -> None:
-    """The one place bytes reach the partial file (tests stop a write half-way here)."""
+def write_bytes(file: IO[bytes], data: memoryview) -> None:
+    """The one place a checkpoint's bytes reach the disk (tests stop a write half-way here)."""
     file.write(data)
 
 
-def save_atomically(checkpoint: dict[str, Any], path: str | Path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    buffer = io.BytesIO()
-    torch.save(checkpoint, buffer)
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as file:
-        write_bytes(file, buffer.getbuffer())
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(partial, path)
-
-
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``torch.save`` checkpoints, written through :func:`save_atomically`."""
-
+    @override
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any = None
     ) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
-        save_atomically(checkpoint, path)
+        buffer = io.BytesIO()
+        torch.save(checkpoint, buffer)
+        with atomic_file(path) as file:
+            write_bytes(file, buffer.getbuffer())

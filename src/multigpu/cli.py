@@ -1,4 +1,5 @@
-"""Entry-point glue: a user's mistake ends as one line on stderr and a non-zero exit."""
+"""Entry-point glue: a user's mistake or a stopped run ends as one line on stderr and the
+exit status its outcome names (``multigpu.outcome``)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig
+
 from multigpu.errors import RunStopped, UserError
+from multigpu.outcome import outcome_of
 
-EXIT_USER_ERROR = 2
 
-
-def in_multirun() -> bool:
-    """Whether this process runs a job of a Hydra multirun (``-m``)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
-    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+def hydra_runtime(cfg: DictConfig) -> tuple[dict[str, str], bool]:
+    """(the option chosen in each config group, whether this is a job of a multirun): from
+    the config when composed with ``return_hydra_config=True``, else from the running app."""
+    hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get()
+    return dict(hydra.runtime.choices), hydra.mode == RunMode.MULTIRUN
 
 
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
-    """Print a ``UserError`` (exit 2) or a stopped run (interrupted 130, diverged 3) as one
+    """Print a ``UserError`` (exit 2) or a stopped run (interrupted 130/143, diverged 3) as one
     ``error: <message>`` line instead of a traceback (``HYDRA_FULL_ERROR=1``: raise)."""
 
     @functools.wraps(main)
@@ -35,6 +38,6 @@ def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
                 raise
             logging.getLogger("multigpu").debug("stopped", exc_info=True)
             print(f"error: {err}", file=sys.stderr, flush=True)
-            sys.exit(getattr(err, "exit_code", EXIT_USER_ERROR))
+            sys.exit(outcome_of(err).exit_code)
 
     return wrapper

@@ -1,5 +1,5 @@
-"""User-facing errors: raised for bad input or a stopped run, printed as one line by the entry
-points instead of a traceback."""
+"""The errors a run ends with on purpose, each with the status it records and the exit status
+the entry points return (see ``multigpu.outcome`` for every other exception)."""
 
 
 class UserError(Exception):
@@ -8,6 +8,9 @@ class UserError(Exception):
     The message names the offending value and the fix; entry points print it as one line
     and exit non-zero instead of showing a traceback.
     """
+
+    status = "failed"
+    exit_code = 2
 
 
 class RunStopped(Exception):

@@ -1,27 +1,22 @@
-"""``evaluate(cfg)``: test accuracy of a checkpoint, with no Trainer and no pickled code."""
+"""``evaluate(cfg)``: test accuracy of a checkpoint, through the module's own test step.
+
+The network is rebuilt from the checkpoint's stored settings (never from code in the file) and
+evaluated by Lightning's test loop on one device, the first of ``trainer.devices``, so that
+evaluation during training and here are the same computation.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytorch_lightning as pl
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.build import build
-from multigpu.checkpoint import load_checkpoint, network_config, network_state
+from multigpu.checkpoint import classifier, load_checkpoint
 from multigpu.errors import UserError
-from multigpu.models import resnet18
-from multigpu.strategies.devices import resolve_accelerator
-
-
-@torch.no_grad()
-def accuracy(net: torch.nn.Module, loader, device: torch.device) -> tuple[float, int]:
-    correct = total = 0
-    for images, labels in loader:
-        predicted = net(images.to(device)).argmax(dim=1).cpu()
-        correct += int((predicted == labels).sum())
-        total += labels.numel()
-    return correct / max(total, 1), total
+from multigpu.settings import parse_accelerator, parse_devices, plain
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -30,17 +25,29 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt"
         )
     checkpoint = load_checkpoint(cfg.ckpt_path)
-    data_cfg = OmegaConf.to_container(cfg.data, resolve=True)
-    data_cfg.pop("batch_size_per_device", None)  # a training-time scaling rule
-    if data_cfg.get("normalize", "absent") is None:
+    module = classifier(checkpoint)
+    data = plain(cfg.data)
+    data.pop("batch_size_per_device", None)  # a training-time scaling rule
+    if data.get("normalize", "absent") is None:
         trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
-        data_cfg["normalize"] = trained_with.get("normalize", True)
-    datamodule = build(data_cfg)
-    datamodule.setup("test")
+        data["normalize"] = trained_with.get("normalize", True)
+    datamodule = build(data)
 
-    device = torch.device(resolve_accelerator(cfg.accelerator))
-    net = resnet18(**network_config(checkpoint))
-    net.load_state_dict(network_state(checkpoint))
-    net.to(device).eval()
-    test_acc, samples = accuracy(net, datamodule.test_dataloader(), device)
-    return {"test_acc": test_acc, "samples": samples, "epochs_trained": checkpoint.get("epoch")}
+    cuda_devices = torch.cuda.device_count()
+    accelerator = parse_accelerator(cfg.trainer.accelerator, cuda_devices)
+    device = parse_devices(plain(cfg.trainer.devices), cuda_devices)[0]
+    trainer = pl.Trainer(
+        accelerator=accelerator,
+        devices=[device] if accelerator == "cuda" else 1,
+        precision=cfg.trainer.precision,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
+    (result,) = trainer.test(module, datamodule=datamodule, verbose=False)
+    return {
+        "test_acc": result["test/acc"],
+        "samples": len(datamodule.test_set),
+        "epochs_trained": checkpoint.get("epoch"),
+    }

@@ -1,62 +1,83 @@
-"""``train(cfg)``: the whole run as a plain function, callable from tests and from ``train.py``."""
+"""``train(cfg)``: the whole run as a plain function, callable from tests and from ``train.py``.
+
+The config is resolved once into a ``Run`` (``multigpu.settings``); everything below is built
+from it. ``train`` owns the run's record: whatever ends the run, ``metrics.json`` says how.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
-from omegaconf import DictConfig, OmegaConf
+import torch
+from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint
-from pytorch_lightning.strategies import DDPStrategy
+from pytorch_lightning.strategies import Strategy
 
 from multigpu.build import build
-from multigpu.callbacks import DivergenceGuard, EpochTimer, HParamsSummary, MetricsFile
+from multigpu.callbacks import DivergenceGuard, EpochHistory, EpochTimer, HParamsSummary
 from multigpu.checkpoint_io import AtomicCheckpointIO
-from multigpu.data.base import check_batch_divides
+from multigpu.cli import hydra_runtime
 from multigpu.errors import Interrupted
+from multigpu.module import ImageClassifier
+from multigpu.outcome import COMPLETED, outcome_of
+from multigpu.record import RunRecord
 from multigpu.resume import check_fits, resolve_ckpt_path
-from multigpu.scaling import apply_scaling_rules, device_count
-from multigpu.strategies import trainer_devices
+from multigpu.settings import IN_PROCESS, ONE_DEVICE, Machine, Run, plain, resolve_run
 
 log = logging.getLogger(__name__)
 
 
-def run_settings(cfg: DictConfig, strategy_name: str) -> dict[str, Any]:
-    """The settings a report compares runs by; stored in ``metrics.json`` under ``run``."""
-    devices = OmegaConf.to_container(cfg.trainer, resolve=True)["devices"]
-    return {
-        "strategy": strategy_name,
-        "devices": devices,
-        "accelerator": cfg.trainer.accelerator,
-        "num_nodes": cfg.trainer.get("num_nodes", 1),
-        "batch_size": cfg.data.batch_size,
-        "lr": cfg.model.optimizer.lr,
-        "precision": str(cfg.trainer.get("precision", "32-true")),
-        "width": cfg.model.net.get("width"),
-        "norm": cfg.model.net.get("norm"),
-        "max_epochs": cfg.trainer.get("max_epochs"),
-        "seed": cfg.get("seed"),
-        "data": cfg.data._target_.rsplit(".", 1)[-1],
-    }
+def resolve(cfg: DictConfig) -> Run:
+    """The run's settings, on this machine."""
+    choices, multirun = hydra_runtime(cfg)
+    machine = Machine(
+        cuda_devices=torch.cuda.device_count(),
+        cpu_cores=os.cpu_count() or 1,
+        environ=dict(os.environ),
+        multirun=multirun,
+    )
+    return resolve_run(cfg, choices, machine)
 
 
-def build_strategy(cfg: DictConfig) -> tuple[str, Any]:
-    """The ``strategy`` group holds a ``name`` and the ``_target_`` that builds it."""
-    node = OmegaConf.to_container(cfg.strategy, resolve=True)
-    name = node.pop("name")
-    return name, build(node)
+def build_strategy(node: DictConfig, run: Run) -> Strategy:
+    """The ``strategy`` group's class with the run's devices: Lightning's single-device
+    strategy takes one, ours a list; for DDP, Lightning places one process per device."""
+    devices = [torch.device(d) for d in run.torch_devices]
+    if run.placement == ONE_DEVICE:
+        return build(node, device=devices[0])
+    if run.placement == IN_PROCESS:
+        return build(node, parallel_devices=devices)
+    return build(node, start_method=run.start_method)
 
 
-def resume_from(cfg: DictConfig, module: pl.LightningModule) -> str | None:
+def build_module(node: DictConfig, run: Run) -> ImageClassifier:
+    """The model group as configured, with the learning rate the run resolved."""
+    model = plain(node)
+    model.pop("lr_scaling", None)  # already applied: run.lr
+    model["optimizer"]["lr"] = run.lr
+    return build(model, _recursive_=False)
+
+
+def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
+    """The data group as configured, loading the share of the global batch each process loads."""
+    data = plain(node)
+    data.pop("batch_size_per_device", None)  # already applied: run.batch_size
+    data["batch_size"] = run.process_batch_size
+    return build(data)
+
+
+def resume_from(cfg: DictConfig, module: ImageClassifier) -> str | None:
     """Resolve ``ckpt_path`` (``latest`` included) and check it fits, before any training."""
     ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.paths.runs_dir, cfg.paths.output_dir)
     if ckpt_path is not None:
-        net_config = OmegaConf.to_container(cfg.model.net, resolve=True)
-        check_fits(ckpt_path, module.net, net_config)
+        check_fits(ckpt_path, module.net, plain(cfg.model.net))
+        log.info("resuming from %s", ckpt_path)
     return ckpt_path
 
 
@@ -71,35 +92,47 @@ def interrupted(signum: signal.Signals, output_dir: Path) -> Interrupted:
 
 
 def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train and evaluate as configured; return the final metrics (also in ``metrics.json``)."""
-    apply_scaling_rules(cfg)
-    if cfg.get("seed") is not None:
-        pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    """Train and evaluate as configured; return the final record (also in ``metrics.json``)."""
     output_dir = Path(cfg.paths.output_dir)
+    choices, _ = hydra_runtime(cfg)
+    record = RunRecord(output_dir / "metrics.json", {"strategy": choices.get("strategy")})
+    try:
+        run = resolve(cfg)
+        log.info(run.describe())
+        record.run = run.record()
+        record.set_history([])
+        fit(cfg, run, record, output_dir)
+    except BaseException as error:
+        record.finish(outcome_of(error))
+        raise
+    return record.finish(COMPLETED)
 
-    strategy_name, strategy = build_strategy(cfg)
-    if isinstance(strategy, DDPStrategy):
-        check_batch_divides(cfg.data.batch_size, device_count(cfg))
-    datamodule = build(cfg.data)
-    module = build(cfg.model, _recursive_=False)
+
+def fit(cfg: DictConfig, run: Run, record: RunRecord, output_dir: Path) -> None:
+    if run.seed is not None:
+        pl.seed_everything(run.seed, workers=True, verbose=False)
+    strategy = build_strategy(cfg.strategy, run)
+    datamodule = build_datamodule(cfg.data, run)
+    module = build_module(cfg.model, run)
     ckpt_path = resume_from(cfg, module)
-    if ckpt_path is not None:
-        log.info("resuming from %s", ckpt_path)
-    timer = EpochTimer()
-    metrics = MetricsFile(output_dir / "metrics.json", run_settings(cfg, strategy_name))
-    guard = DivergenceGuard(cfg.get("check_finite_every_n_steps", 10), output_dir / "checkpoints")
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
-    logger = build(cfg.logger) if cfg.get("logger") else False
-
     trainer = build(
         cfg.trainer,
+        accelerator=run.accelerator,
+        devices=run.trainer_devices,
+        num_nodes=run.num_nodes,
         strategy=strategy,
-        devices=trainer_devices(strategy, cfg.trainer.accelerator, cfg.trainer.devices),
-        callbacks=[timer, metrics, guard, HParamsSummary(metrics), *callbacks],
+        callbacks=[
+            EpochTimer(),
+            EpochHistory(record),
+            DivergenceGuard(cfg.check_finite_every_n_steps, output_dir / "checkpoints"),
+            HParamsSummary(record),
+            *callbacks,
+        ],
         plugins=[AtomicCheckpointIO()],
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
-        logger=logger,
+        logger=build(cfg.logger) if cfg.get("logger") else False,
         _convert_="all",
     )
     sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
@@ -113,4 +146,3 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint_handler)
-    return metrics.summary if trainer.is_global_zero else {}

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from multigpu.atomic import write_atomically, write_json
 from multigpu.bench.report import RATIOS, compute_ratios, mfu, to_markdown
 
 REPO = Path(__file__).resolve().parents[3]
@@ -121,9 +122,9 @@ def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> l
         f"data.batch_size={config['batch']}",
         f"data.root={args.data_root}",
         f"data.source={args.data_source or 'null'}",
-        f"trainer.max_steps={args.warmup + args.steps}",
+        f"+trainer.max_steps={args.warmup + args.steps}",
         "trainer.max_epochs=-1",
-        "trainer.limit_val_batches=0",
+        "+trainer.limit_val_batches=0",
         "callbacks=none",
         "+trainer.enable_progress_bar=false",
         "~logger",
@@ -207,7 +208,7 @@ def epoch_result(run_dir: Path, result: Path) -> None:
         "test_acc": last["test_acc"],
         "epochs": metrics["epochs"],
     }
-    result.write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(result, summary)
 
 
 def training_flops_per_image(width: int) -> float:
@@ -292,9 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         "configurations": results,
         "ratios": compute_ratios(results, vars(args)),
     }
-    (out / "bench.json").write_text(json.dumps(report, indent=2) + "\n")
+    write_json(out / "bench.json", report)
     markdown = to_markdown(report)
-    (out / "bench.md").write_text(markdown)
+    write_atomically(out / "bench.md", markdown)
     print("\n" + markdown, end="")
     failed = [r["name"] for r in results if "error" in r]
     if failed:

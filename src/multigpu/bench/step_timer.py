@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import resource
 import time
 from collections.abc import Callable
@@ -12,6 +11,9 @@ from typing import Any
 
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
+from typing_extensions import override
+
+from multigpu.atomic import write_json
 
 
 def peak_memory_mb(device: torch.device | None = None) -> dict[str, float | None]:
@@ -40,7 +42,7 @@ def write_result(path: str | Path, steps: int, batch: int, seconds: float, devic
     result = {"timed_steps": steps, "batch": batch, "seconds": seconds}
     result["images_per_s"] = steps * batch / seconds
     result.update(peak_memory_mb(device))
-    Path(path).write_text(json.dumps(result, indent=2) + "\n")
+    write_json(path, result)
 
 
 def time_steps(step: Callable[[int], None], args: argparse.Namespace, device) -> None:
@@ -74,6 +76,7 @@ class StepTimer(Callback):
         self._steps = 0
         self._end = 0.0
 
+    @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         step = trainer.global_step
         if step < self.warmup:
@@ -85,6 +88,7 @@ class StepTimer(Callback):
         else:
             self._steps, self._end = step - self.warmup, now
 
+    @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero:
             return
@@ -93,5 +97,4 @@ class StepTimer(Callback):
             seconds = self._end - self._start
             result.update(seconds=seconds, images_per_s=self._steps * self.global_batch / seconds)
         result.update(peak_memory_mb(trainer.strategy.root_device))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(result, indent=2) + "\n")
+        write_json(self.path, result)

@@ -15,12 +15,13 @@ from typing import Any
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from torch import Tensor
+from typing_extensions import override
 
 from multigpu.errors import Diverged
 
 
 class DivergenceGuard(Callback):
-    def __init__(self, check_every_n_steps: int = 10, checkpoint_dir: str | Path | None = None):
+    def __init__(self, check_every_n_steps: int, checkpoint_dir: str | Path | None = None):
         if not isinstance(check_every_n_steps, int) or check_every_n_steps < 1:
             raise ValueError(f"check_every_n_steps={check_every_n_steps!r} must be >= 1")
         self.every = check_every_n_steps
@@ -28,6 +29,7 @@ class DivergenceGuard(Callback):
         self._losses: list[Tensor] = []
         self._first_step = 0
 
+    @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch, batch_idx: int
     ) -> None:
@@ -40,6 +42,7 @@ class DivergenceGuard(Callback):
         if len(self._losses) >= self.every:
             self.check(trainer)
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.check(trainer)
 

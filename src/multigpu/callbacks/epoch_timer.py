@@ -7,6 +7,7 @@ import time
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.trainer.states import TrainerFn
+from typing_extensions import override
 
 
 def _synchronize(device: torch.device) -> None:
@@ -37,21 +38,26 @@ class EpochTimer(Callback):
             self._elapsed += time.perf_counter() - self._started
             self._started = None
 
+    @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._elapsed, self._samples = 0.0, 0
         self._resume(trainer)
 
+    @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._samples += len(batch[-1]) * trainer.world_size
 
+    @override
     def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
             self._pause(trainer)
 
+    @override
     def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == TrainerFn.FITTING and not trainer.sanity_checking:
             self._resume(trainer)
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._pause(trainer)
         if self._samples == 0:

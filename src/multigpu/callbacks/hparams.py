@@ -10,8 +10,9 @@ from typing import Any
 
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.loggers import TensorBoardLogger
+from typing_extensions import override
 
-from multigpu.callbacks.metrics_file import MetricsFile
+from multigpu.record import RunRecord
 
 HP_METRICS = {
     "hp/test_acc": "test_acc",
@@ -30,20 +31,23 @@ def tensorboard_value(value: Any) -> Any:
     return str(value)
 
 
+def tensorboard_loggers(trainer: Trainer) -> list[TensorBoardLogger]:
+    return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
+
+
 class HParamsSummary(Callback):
-    def __init__(self, metrics_file: MetricsFile):
-        self.metrics_file = metrics_file
+    def __init__(self, record: RunRecord):
+        self.record = record
 
-    def _loggers(self, trainer: Trainer) -> list[TensorBoardLogger]:
-        return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-
+    @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        params = {k: tensorboard_value(v) for k, v in self.metrics_file.run.items()}
-        for logger in self._loggers(trainer):
+        params = {k: tensorboard_value(v) for k, v in self.record.run.items()}
+        for logger in tensorboard_loggers(trainer):
             logger.log_hyperparams(params, metrics={key: 0.0 for key in HP_METRICS})
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        summary = self.metrics_file.current
+        summary = self.record.current
         values = {k: float(summary[src]) for k, src in HP_METRICS.items() if summary.get(src)}
-        for logger in self._loggers(trainer):
+        for logger in tensorboard_loggers(trainer):
             logger.log_metrics(values, step=trainer.current_epoch)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.callbacks import Checkpoint
+from typing_extensions import override
 
 LAST = "last.ckpt"
 
@@ -27,6 +28,7 @@ class LastCheckpoint(Checkpoint):
     def path(self) -> Path:
         return self.dirpath / LAST
 
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         finished = trainer.current_epoch + 1
         is_last = trainer.max_epochs is not None and finished >= trainer.max_epochs

@@ -1,5 +1,11 @@
-"""At the end of training: the test set's confusion matrix and a grid of misclassified images,
-as TensorBoard images (rank zero, on the root device, one pass over the test set)."""
+"""The test set's confusion matrix and a grid of misclassified images, as TensorBoard images,
+from the last evaluation of the test set during training: the module's own evaluation step,
+under the run's precision and strategy, with no second pass over the data.
+
+Every evaluation adds its predictions to a confusion matrix on the device (no host
+synchronisation) and keeps its first batches for the grid; the matrix is summed over DDP
+processes when the evaluation ends, and drawn by rank zero when training ends.
+"""
 
 from __future__ import annotations
 
@@ -9,29 +15,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from pytorch_lightning import Callback, LightningModule, Trainer  # noqa: E402
-from pytorch_lightning.loggers import TensorBoardLogger  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+from torch import Tensor  # noqa: E402
+from typing_extensions import override  # noqa: E402
+
+from multigpu.callbacks.hparams import tensorboard_loggers  # noqa: E402
+
+TEST_LOADER = 0  # the module evaluates the test set as loader 0 (and a validation split as 1)
+GRID_BATCHES = 2  # batches kept for the grid of misclassified images
 
 
-@torch.no_grad()
-def predict(net: torch.nn.Module, loader: DataLoader, device: torch.device):
-    """Images, labels and predictions of the whole loader, on the CPU."""
-    was_training = net.training
-    net.eval()
-    images, labels, predicted = [], [], []
-    for x, y in loader:
-        images.append(x)
-        labels.append(y)
-        predicted.append(net(x.to(device)).argmax(1).cpu())
-    net.train(was_training)
-    return torch.cat(images), torch.cat(labels), torch.cat(predicted)
-
-
-def confusion_matrix(labels: torch.Tensor, predicted: torch.Tensor, classes: int) -> torch.Tensor:
+def confusion_matrix(labels: Tensor, predicted: Tensor, classes: int) -> Tensor:
     return torch.bincount(labels * classes + predicted, minlength=classes**2).view(classes, classes)
 
 
-def confusion_figure(matrix: torch.Tensor, names: list[str]):
+def confusion_figure(matrix: Tensor, names: list[str]):
     fig, ax = plt.subplots(figsize=(7, 6))
     ax.imshow(matrix, cmap="Blues")
     for (i, j), count in zip(
@@ -73,19 +70,46 @@ def misclassified_figure(images, labels, predicted, names: list[str], count: int
 
 
 class TestSetFigures(Callback):
-    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        loggers = [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
-        datamodule = trainer.datamodule
-        if not loggers or not trainer.is_global_zero or datamodule is None:
+    def __init__(self) -> None:
+        self.matrix: Tensor | None = None
+        self.examples: list[tuple[Tensor, Tensor, Tensor]] = []
+
+    def _wanted(self, trainer: Trainer) -> bool:
+        return bool(tensorboard_loggers(trainer)) and not trainer.sanity_checking
+
+    @override
+    def on_validation_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.matrix, self.examples = None, []
+
+    @override
+    def on_validation_batch_end(
+        self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if dataloader_idx != TEST_LOADER or outputs is None or not self._wanted(trainer):
             return
-        loader = DataLoader(datamodule.test_set, batch_size=512)
-        images, labels, predicted = predict(pl_module.net, loader, pl_module.device)
-        names = datamodule.class_names
-        matrix = confusion_matrix(labels, predicted, len(names))
+        images, labels = batch
+        classes = len(trainer.datamodule.class_names)
+        counts = confusion_matrix(labels, outputs, classes)
+        self.matrix = counts if self.matrix is None else self.matrix + counts
+        if len(self.examples) < GRID_BATCHES:
+            self.examples.append((images, labels, outputs))
+
+    @override
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.matrix is not None:  # every process evaluated its own shard of the test set
+            self.matrix = trainer.strategy.reduce(self.matrix, reduce_op="sum")
+
+    @override
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.is_global_zero or self.matrix is None:
+            return
+        names = trainer.datamodule.class_names
+        matrix = self.matrix.cpu()
+        images, labels, predicted = (torch.cat(t).cpu() for t in zip(*self.examples, strict=True))
         step = trainer.current_epoch
-        for logger in loggers:
+        for logger in tensorboard_loggers(trainer):
             confusion = confusion_figure(matrix, names)
             logger.experiment.add_figure("test/confusion_matrix", confusion, step)
-            grid = misclassified_figure(images, labels, predicted, names)
+            grid = misclassified_figure(images.float(), labels, predicted, names)
             logger.experiment.add_figure("test/misclassified", grid, step)
             logger.experiment.flush()

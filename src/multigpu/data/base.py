@@ -6,22 +6,13 @@ import torch
 from pytorch_lightning import LightningDataModule
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from typing_extensions import override
 
 from multigpu.data.augment import augment
 from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
 from multigpu.errors import UserError
 
 PIPELINES = ("torchvision", "memory")
-
-
-def check_batch_divides(batch_size: int, processes: int) -> None:
-    """Every DDP process loads the same share of the global batch, at least one sample."""
-    if batch_size % processes:
-        multiple = (batch_size // processes + 1) * processes
-        raise UserError(
-            f"data.batch_size={batch_size} (global) does not divide over {processes} "
-            f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
-        )
 
 
 class EpochSampler(DistributedSampler):
@@ -33,6 +24,7 @@ class EpochSampler(DistributedSampler):
 
     trainer = None
 
+    @override
     def __iter__(self):
         if self.trainer is not None:
             # What Lightning passes to set_epoch; already restored when a resumed run starts.
@@ -65,10 +57,9 @@ def split_off(dataset: Dataset, size: int, seed: int) -> tuple[Dataset, Dataset]
 
 
 class ImageDataModule(LightningDataModule):
-    """Base for the data modules: ``batch_size`` is global, whatever the strategy.
-
-    Single-process strategies (one device, dp, scatter_allreduce) load the whole global batch
-    and split it themselves; under DDP each of the N processes loads ``batch_size / N``.
+    """Base for the data modules. ``batch_size`` is what this process loads per step:
+    ``train()`` passes the global ``data.batch_size`` divided by the DDP processes (single-
+    process strategies load the whole global batch and split it themselves).
 
     ``pipeline``: ``torchvision`` (a ``DataLoader`` over per-sample transforms, the reference)
     or ``memory`` (each split one tensor on the training device, batches cut by index); both
@@ -96,8 +87,6 @@ class ImageDataModule(LightningDataModule):
             raise UserError(f"data.pipeline={pipeline!r} is not known: use torchvision or memory")
         if not isinstance(crop_padding, int) or crop_padding < 0:
             raise UserError(f"data.crop_padding={crop_padding!r} must be 0 or more pixels")
-        if not isinstance(batch_size, int) or batch_size <= 0:
-            raise UserError(f"data.batch_size={batch_size!r} must be a positive integer, e.g. 256")
         if not isinstance(num_workers, int) or num_workers < 0:
             raise UserError(f"data.num_workers={num_workers!r} must be 0 or more")
         self.batch_size = batch_size
@@ -126,6 +115,7 @@ class ImageDataModule(LightningDataModule):
         """(mean, std) the images are normalised with; the in-memory pipeline applies it."""
         return 0.0, 1.0
 
+    @override
     def setup(self, stage: str | None = None) -> None:
         if self.test_set is not None:
             return
@@ -135,16 +125,6 @@ class ImageDataModule(LightningDataModule):
             train, self.val_set = split_off(train, self.val_size, self.seed)
         self.train_set = train
         self.test_set = seeded_subset(test, self.test_subset, self.seed, "data.test_subset")
-
-    @property
-    def processes(self) -> int:
-        trainer = self.trainer
-        return trainer.world_size if trainer is not None else 1
-
-    @property
-    def per_process_batch_size(self) -> int:
-        check_batch_divides(self.batch_size, self.processes)
-        return self.batch_size // self.processes
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         """Every loader reads through a ``DistributedSampler`` made here, one process or many.
@@ -161,11 +141,11 @@ class ImageDataModule(LightningDataModule):
         sampler.trainer = trainer
         if self.pipeline == "memory":
             held = self.in_memory(dataset)
-            batches = IndexBatches(sampler, self.per_process_batch_size, held.images.device)
+            batches = IndexBatches(sampler, self.batch_size, held.images.device)
             return DataLoader(held, batch_size=None, sampler=batches)
         return DataLoader(
             dataset,
-            batch_size=self.per_process_batch_size,
+            batch_size=self.batch_size,
             sampler=sampler,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -183,6 +163,7 @@ class ImageDataModule(LightningDataModule):
             self._in_memory[key] = held.to(device) if device and device.type == "cuda" else held
         return self._in_memory[key]
 
+    @override
     def on_after_batch_transfer(self, batch: tuple[Tensor, Tensor], dataloader_idx: int):
         """Augment training batches where they are (the GPU, after the transfer)."""
         if not self.augment or self.trainer is None or not self.trainer.training:
@@ -201,9 +182,11 @@ class ImageDataModule(LightningDataModule):
             self._augment_generator = (epoch, torch.Generator(device).manual_seed(seed))
         return self._augment_generator[1]
 
+    @override
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, shuffle=self.shuffle)
 
+    @override
     def val_dataloader(self) -> list[DataLoader]:
         """The test set after every epoch (as d2l does), then the validation split if any."""
         loaders = [self._loader(self.test_set, shuffle=False)]
@@ -211,5 +194,6 @@ class ImageDataModule(LightningDataModule):
             loaders.append(self._loader(self.val_set, shuffle=False))
         return loaders
 
+    @override
     def test_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, shuffle=False)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from torchvision import transforms
 from torchvision.datasets import FashionMNIST
+from typing_extensions import override
 
 from multigpu.data.base import ImageDataModule
 from multigpu.data.idx import ALL_RAW_FILES, prepare_raw_folder
@@ -58,6 +59,7 @@ class FashionMNISTDataModule(ImageDataModule):
         nested = self.source / "FashionMNIST" / "raw"
         return nested if nested.is_dir() else self.source
 
+    @override
     def prepare_data(self) -> None:
         """Make the four IDX files usable in ``root``: unpack ``.gz`` files found in ``root`` or
         ``source``, else download, else stop with a message saying where to get them."""
@@ -87,9 +89,11 @@ class FashionMNISTDataModule(ImageDataModule):
             steps.append(transforms.Normalize((MEAN,), (STD,)))
         return transforms.Compose(steps)
 
+    @override
     def normalization(self) -> tuple[float, float]:
         return (MEAN, STD) if self.normalize else (0.0, 1.0)
 
+    @override
     def load_datasets(self):
         self.prepare_data()  # idempotent: cheap when files are in place (also for direct use)
         transform = self.transform()

@@ -8,7 +8,6 @@ usable here, without any checksum, and every file is checked for shape before tr
 from __future__ import annotations
 
 import gzip
-import os
 import shutil
 import struct
 import zlib
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from multigpu.atomic import atomic_file
 from multigpu.errors import UserError
 
 IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions
@@ -80,18 +80,14 @@ def check_idx(path: Path, kind: str) -> int:
 
 def gunzip(source: Path, target: Path) -> None:
     """Unpack ``source`` into ``target`` atomically, so a failure never leaves half a file."""
-    partial = target.with_name(target.name + ".partial")
     try:
-        with gzip.open(source, "rb") as f_in, open(partial, "wb") as f_out:
-            while chunk := f_in.read(1 << 20):
-                f_out.write(chunk)
+        with gzip.open(source, "rb") as packed, atomic_file(target) as unpacked:
+            shutil.copyfileobj(packed, unpacked, 1 << 20)
     except (OSError, EOFError, zlib.error) as err:
-        partial.unlink(missing_ok=True)
         raise UserError(
             f"{source}: cannot be unpacked ({err}); the file is truncated or corrupt, "
             "delete it and fetch it again"
         ) from None
-    os.replace(partial, target)
 
 
 def _fill(target: Path, folders: list[Path]) -> None:
@@ -99,9 +95,8 @@ def _fill(target: Path, folders: list[Path]) -> None:
     for folder in folders:
         plain, packed = folder / target.name, folder / (target.name + ".gz")
         if plain.exists() and plain != target:
-            partial = target.with_name(target.name + ".partial")
-            shutil.copyfile(plain, partial)
-            os.replace(partial, target)
+            with open(plain, "rb") as source, atomic_file(target) as copy:
+                shutil.copyfileobj(source, copy, 1 << 20)
             return
         if packed.exists():
             gunzip(packed, target)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils.data import TensorDataset
+from typing_extensions import override
 
 from multigpu.data.base import ImageDataModule
 
@@ -28,6 +29,7 @@ class SyntheticDataModule(ImageDataModule):
     def class_names(self) -> list[str]:
         return [f"class {i}" for i in range(self.num_classes)]
 
+    @override
     def load_datasets(self):
         train = random_images(self.num_train, self.num_classes, self.seed)
         test = random_images(self.num_test, self.num_classes, self.seed + 1)

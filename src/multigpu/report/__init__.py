@@ -1,5 +1,7 @@
-"""The sweep report: a table (CSV, Markdown, terminal) and two plots from the jobs' metrics.json."""
+"""The sweep report: a table (CSV, Markdown, terminal) and two plots from the jobs' metrics.json.
+Reads JSON only: ``python -m multigpu.report`` imports no torch."""
 
-from multigpu.report.summary import load_jobs, summarize_jobs, write_report
+from multigpu.report.summary import incomplete, load_jobs, summarize_jobs, to_text
+from multigpu.report.write import write_report
 
-__all__ = ["load_jobs", "summarize_jobs", "write_report"]
+__all__ = ["incomplete", "load_jobs", "summarize_jobs", "to_text", "write_report"]

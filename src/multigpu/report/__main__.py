@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from multigpu.report.summary import to_text, write_report
+from multigpu.report import incomplete, to_text, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = write_report(args.sweep_dir)
     print(to_text(rows), end="")
     print(f"wrote summary.csv, summary.md, test_acc.png, scaling.png in {args.sweep_dir}")
-    return 1 if any(r["status"] != "completed" for r in rows) else 0
+    return 1 if incomplete(rows) else 0
 
 
 if __name__ == "__main__":

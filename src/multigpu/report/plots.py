@@ -11,26 +11,23 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from multigpu.report.summary import device_count  # noqa: E402
+from multigpu.atomic import atomic_file  # noqa: E402
 
 
-def job_label(job: dict[str, Any]) -> str:
-    run = job.get("run", {})
-    devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
-    return (
-        f"{run.get('strategy')} x{devices}, batch {run.get('batch_size')}, lr {run.get('lr'):g}"
-        if isinstance(run.get("lr"), (int, float))
-        else f"{run.get('strategy')} x{devices}"
-    )
+def save(fig, path: Path) -> None:
+    with atomic_file(path) as file:
+        fig.savefig(file, format="png", dpi=100)
+    plt.close(fig)
 
 
-def plot_test_accuracy(jobs: list[dict[str, Any]], path: Path) -> None:
+def plot_test_accuracy(curves: list[tuple[str, list[dict[str, Any]]]], path: Path) -> None:
+    """One line per (label, per-epoch history)."""
     fig, ax = plt.subplots(figsize=(8, 5))
-    for job in jobs:
-        history = [h for h in job.get("history", []) if h.get("test_acc") is not None]
+    for label, history in curves:
+        history = [h for h in history if h.get("test_acc") is not None]
         if history:
             epochs = [h["epoch"] + 1 for h in history]
-            ax.plot(epochs, [h["test_acc"] for h in history], marker="o", label=job_label(job))
+            ax.plot(epochs, [h["test_acc"] for h in history], marker="o", label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy")
     ax.set_title("Test accuracy per epoch")
@@ -40,8 +37,7 @@ def plot_test_accuracy(jobs: list[dict[str, Any]], path: Path) -> None:
     else:
         ax.text(0.5, 0.5, "no finished epoch", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)
 
 
 def scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -81,5 +77,4 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
         ax.legend(fontsize=8)
         ax.set_xticks(range(1, top + 1))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path)

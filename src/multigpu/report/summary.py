@@ -30,13 +30,28 @@ COLUMNS = [
 SETTINGS = ("accelerator", "num_nodes", "precision", "width", "norm", "max_epochs", "seed", "data")
 
 
-def device_count(devices: Any) -> int:
-    from multigpu.strategies.devices import device_ids  # torch: only when a job is read
+def device_count(job: dict[str, Any]) -> int:
+    """Every device of the job, over all its nodes (``metrics.json`` schema 1 stored
+    ``trainer.devices`` per node, as given: a count or a list of ids)."""
+    run = job.get("run", {})
+    devices = run.get("devices")
+    if job.get("schema") == 1:
+        per_node = len(devices) if isinstance(devices, list) else devices
+        return per_node * (run.get("num_nodes") or 1) if isinstance(per_node, int) else 0
+    return devices if isinstance(devices, int) else 0
 
-    try:
-        return len(device_ids(devices))
-    except Exception:
-        return 0
+
+def incomplete(rows: list[dict[str, Any]]) -> int:
+    """Jobs that did not complete: the sweep fails if there is one."""
+    return sum(row["status"] != "completed" for row in rows)
+
+
+def row_label(row: dict[str, Any]) -> str:
+    """How plots name a job: strategy, devices, global batch and lr."""
+    label = f"{row['strategy']} x{row['devices']}"
+    if isinstance(row.get("lr"), (int, float)):
+        label += f", batch {row['batch_size']}, lr {row['lr']:g}"
+    return label
 
 
 def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
@@ -54,7 +69,7 @@ def _traits(job: dict) -> dict[str, Any]:
     """The run settings plus what scaling rules keep fixed: per-device batch, lr per sample."""
     run = job["run"]
     traits = dict(run)
-    devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
+    devices = device_count(job)
     if run.get("batch_size") and run.get("lr") is not None and devices:
         traits["per_device"] = run["batch_size"] / devices
         traits["lr_per_sample"] = round(run["lr"] / run["batch_size"], 15)
@@ -89,14 +104,14 @@ def summarize_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         j
         for j in jobs
         if j.get("status") == "completed"
-        and device_count(j["run"].get("devices")) == 1
+        and device_count(j) == 1
         and j["run"].get("num_nodes", 1) == 1
         and j.get("samples_per_s")
     ]
     rows = []
     for job in jobs:
         run = job.get("run", {})
-        devices = device_count(run.get("devices")) * (run.get("num_nodes") or 1)
+        devices = device_count(job)
         row = {
             "job": job["job"],
             "status": job.get("status"),
@@ -155,17 +170,3 @@ def to_text(rows: list[dict[str, Any]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(line.rstrip() for line in lines) + "\n"
-
-
-def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """Write ``summary.csv``, ``summary.md``, ``test_acc.png`` and ``scaling.png``."""
-    from multigpu.report.plots import plot_scaling, plot_test_accuracy
-
-    sweep_dir = Path(sweep_dir)
-    jobs = load_jobs(sweep_dir)
-    rows = summarize_jobs(jobs)
-    (sweep_dir / "summary.csv").write_text(to_csv(rows))
-    (sweep_dir / "summary.md").write_text(to_markdown(rows))
-    plot_test_accuracy(jobs, sweep_dir / "test_acc.png")
-    plot_scaling(rows, sweep_dir / "scaling.png")
-    return rows

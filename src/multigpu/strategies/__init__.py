@@ -1,7 +1,5 @@
-from multigpu.strategies.ddp import ddp
-from multigpu.strategies.devices import trainer_devices
-from multigpu.strategies.dp import data_parallel
-from multigpu.strategies.scatter_allreduce import scatter_allreduce
-from multigpu.strategies.single import single_device
+from multigpu.strategies.ddp import BoundedDDPStrategy
+from multigpu.strategies.dp import DataParallelStrategy
+from multigpu.strategies.scatter_allreduce import ScatterAllreduceStrategy
 
-__all__ = ["data_parallel", "ddp", "scatter_allreduce", "single_device", "trainer_devices"]
+__all__ = ["BoundedDDPStrategy", "DataParallelStrategy", "ScatterAllreduceStrategy"]

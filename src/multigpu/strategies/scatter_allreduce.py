@@ -12,7 +12,8 @@ replicas that cannot drift.
 
 The flat buffers are allocated once: each replica's parameters, buffers and gradients are views
 of its own flat buffers, and so are the root's gradients, so a step allocates nothing for the
-transfers and unpacks nothing on the replicas.
+transfers and unpacks nothing on the replicas. On CUDA every copy is ``non_blocking`` and the
+step reads nothing back to the host, so one GPU's kernels are queued while another's run.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.optim import Optimizer
+from typing_extensions import override
 
-from multigpu.errors import UserError
 from multigpu.strategies.comm import (
     FlatBuffer,
     FlatBuffers,
@@ -35,29 +36,15 @@ from multigpu.strategies.comm import (
     scatter,
     split_sizes,
 )
-from multigpu.strategies.devices import check_available, device_ids, resolve_accelerator
 from multigpu.strategies.in_process import InProcessStrategy
 
 log = logging.getLogger(__name__)
 
 
-def check_split_weights(weights: Sequence[float] | None, devices: int) -> list[float] | None:
-    if weights is None:
-        return None
-    weights = list(weights)
-    if len(weights) != devices:
-        raise UserError(
-            f"strategy.split_weights={weights} has {len(weights)} entries for {devices} devices: "
-            f"give one weight per device, e.g. {[round(1 / devices, 2)] * devices}, or null"
-        )
-    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights):
-        raise UserError(f"strategy.split_weights={weights} must be numbers >= 0")
-    if sum(weights) <= 0:
-        raise UserError(f"strategy.split_weights={weights} sum to 0: give some device a share")
-    return [float(w) for w in weights]
-
-
 class ScatterAllreduceStrategy(InProcessStrategy):
+    """``split_weights``: one share per device (devices of unequal speed), or None for an even
+    split; ``trace_shapes``: log each replica's input and output sizes for the first steps."""
+
     def __init__(
         self,
         parallel_devices: list[torch.device],
@@ -66,7 +53,7 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         trace_steps: int = 2,
     ):
         super().__init__(parallel_devices)
-        self.split_weights = check_split_weights(split_weights, len(parallel_devices))
+        self.split_weights = None if split_weights is None else [float(w) for w in split_weights]
         self.trace_shapes = trace_shapes
         self.trace_steps = trace_steps
         self.replicas: list[nn.Module] = []
@@ -77,11 +64,17 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         self._staging: list[Tensor | None] = []
 
     # Replicas ---------------------------------------------------------------------------------
+    @override
     def _setup_model(self, model: nn.Module) -> nn.Module:
-        """Replica 0 is the root network itself; the others are copies on their devices whose
-        state and gradients live in flat buffers, as do the root's gradients."""
+        """Replica 0 is the root network itself; the others are copies on their devices,
+        prepared (memory format, compilation) as the module prepares its own, whose state and
+        gradients live in flat buffers, as do the root's gradients."""
         root = model.net
-        self.replicas = [root] + [copy.deepcopy(root).to(d) for d in self.parallel_devices[1:]]
+        self.replicas = [root]
+        for device in self.parallel_devices[1:]:
+            replica = copy.deepcopy(root).to(device)  # a copy is never compiled: prepare it
+            model.prepare_network(replica)
+            self.replicas.append(replica)
         if len(self.replicas) == 1:
             return model
         self._root_state = FlatBuffers(_state(root))
@@ -112,29 +105,39 @@ class ScatterAllreduceStrategy(InProcessStrategy):
             for state in self._replica_states:
                 state.copy_(self._root_state)
 
+    @override
     def on_train_start(self) -> None:
         self.sync_replicas()  # weights restored from a checkpoint, or changed since setup
 
-    # Forward: scatter, replicas, gather -------------------------------------------------------
+    # Forward: split, scatter, replicas, gather ------------------------------------------------
+    @override
     def run_network(self, images: Tensor) -> Tensor:
         sizes = split_sizes(len(images), len(self.replicas), self.split_weights)
-        active = self._active = [i for i, size in enumerate(sizes) if size]
+        self._active = [i for i, size in enumerate(sizes) if size]  # a short batch uses fewer
         shards = scatter(
-            images, [sizes[i] for i in active], [self.parallel_devices[i] for i in active]
+            images,
+            [sizes[i] for i in self._active],
+            [self.parallel_devices[i] for i in self._active],
         )
-        training = self.replicas[0].training
-        outputs = []
-        for i, shard in zip(active, shards, strict=True):
-            outputs.append(self.replicas[i].train(training)(shard))
+        outputs = self.run_replicas(shards)
         gathered = gather(outputs, self.root_device)
-        self._trace(active, shards, outputs, gathered)
+        self._trace(shards, outputs, gathered)
         return gathered
 
-    def _trace(self, active, shards, outputs, gathered) -> None:
+    def run_replicas(self, shards: list[Tensor]) -> list[Tensor]:
+        """Each active replica on its shard, one after the other: on CUDA the calls only queue
+        kernels, so the devices compute at the same time."""
+        training = self.replicas[0].training
+        return [
+            self.replicas[i].train(training)(shard)
+            for i, shard in zip(self._active, shards, strict=True)
+        ]
+
+    def _trace(self, shards: list[Tensor], outputs: list[Tensor], gathered: Tensor) -> None:
         if not self.trace_shapes or self._steps_traced >= self.trace_steps:
             return
         self._steps_traced += 1
-        for i, shard, out in zip(active, shards, outputs, strict=True):
+        for i, shard, out in zip(self._active, shards, outputs, strict=True):
             log.info(
                 "replica %d on %s: input %s, output %s",
                 i,
@@ -145,9 +148,11 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         log.info("gathered on %s: %s", gathered.device, tuple(gathered.shape))
 
     # Backward: sum replica gradients into the root --------------------------------------------
+    @override
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args, **kwargs):
-        """Lightning's backward with the gradient sum between the precision plugin's backward
-        and its post-backward (which calls ``on_after_backward``)."""
+        """The body of ``Strategy.backward`` in pytorch_lightning 2.6, with the gradient sum
+        added between the precision plugin's backward and its post-backward (which calls
+        ``on_after_backward``): no hook of Lightning's sits at that point."""
         module = self.lightning_module
         self.pre_backward(closure_loss)
         closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
@@ -187,11 +192,14 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         for i in others:
             self._grads[i].flat.zero_()
 
+    # Step: update the root, broadcast to the replicas -----------------------------------------
+    @override
     def optimizer_step(self, optimizer: Optimizer, closure: Any, model: Any = None, **kwargs: Any):
         result = super().optimizer_step(optimizer, closure, model, **kwargs)
         self.sync_replicas()
         return result
 
+    @override
     def teardown(self) -> None:
         self.replicas, self._replica_states, self._grads, self._staging = [], [], [], []
         super().teardown()
@@ -201,20 +209,3 @@ def _state(net: nn.Module) -> list[Tensor]:
     """What a replica must share with the root: parameters and buffers, as the objects the
     network holds (so that adopting them into a flat buffer reaches the network)."""
     return list(net.parameters()) + list(net.buffers())
-
-
-def scatter_allreduce(
-    accelerator: str,
-    devices: int | str | Sequence[int],
-    split_weights: Sequence[float] | None = None,
-    trace_shapes: bool = False,
-) -> ScatterAllreduceStrategy:
-    """``trainer.devices`` CUDA devices, or that many replicas on the CPU."""
-    kind = resolve_accelerator(accelerator)
-    ids = device_ids(devices)
-    check_available(kind, ids)
-    if kind == "cuda":
-        parallel = [torch.device("cuda", i) for i in ids]
-    else:
-        parallel = [torch.device("cpu")] * len(ids)
-    return ScatterAllreduceStrategy(parallel, split_weights, trace_shapes)

@@ -1,0 +1,23 @@
+"""A sweep's report files: ``summary.csv``, ``summary.md``, ``test_acc.png``, ``scaling.png``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from multigpu.atomic import write_atomically
+from multigpu.report.plots import plot_scaling, plot_test_accuracy
+from multigpu.report.summary import load_jobs, row_label, summarize_jobs, to_csv, to_markdown
+
+
+def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Read every job's ``metrics.json`` below ``sweep_dir``, write the report, return its rows."""
+    sweep_dir = Path(sweep_dir)
+    jobs = load_jobs(sweep_dir)
+    rows = summarize_jobs(jobs)
+    write_atomically(sweep_dir / "summary.csv", to_csv(rows))
+    write_atomically(sweep_dir / "summary.md", to_markdown(rows))
+    curves = [(row_label(row), job.get("history", [])) for row, job in zip(rows, jobs, strict=True)]
+    plot_test_accuracy(curves, sweep_dir / "test_acc.png")
+    plot_scaling(rows, sweep_dir / "scaling.png")
+    return rows
