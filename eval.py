@@ -6,13 +6,12 @@ import hydra
 from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
+from multigpu.evaluation import evaluate  # torch-free until the settings are checked
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @report_user_errors
 def main(cfg: DictConfig) -> float:
-    from multigpu.evaluation import evaluate  # torch and Lightning: not for --help or a typo
-
     result = evaluate(cfg)
     print(json.dumps(result))
     return result["test_acc"]

@@ -5,14 +5,13 @@ from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
 from multigpu.sweep import keep_sweeping
+from multigpu.training import train  # torch-free until the config is checked
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 @report_user_errors
 @keep_sweeping
 def main(cfg: DictConfig) -> float | None:
-    from multigpu.training import train  # torch and Lightning: not for --help or a typo
-
     return train(cfg).get("test_acc")
 
 

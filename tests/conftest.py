@@ -92,3 +92,20 @@ def data_root(tmp_path_factory, shared_data) -> Path:
     root = tmp_path_factory.mktemp("data")
     FashionMNISTDataModule(root=str(root), source=str(shared_data), download=False).prepare_data()
     return root
+
+
+def flip_byte_in_a_tensor(path: Path) -> None:
+    """Damage a checkpoint as a bad disk or copy would: one byte flipped in the middle of its
+    largest tensor's data (stored uncompressed in torch's zip), the archive still readable."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        member = max(archive.infolist(), key=lambda info: info.file_size)
+    with open(path, "r+b") as file:
+        file.seek(member.header_offset + 26)  # the local header's name and extra lengths
+        name_length, extra_length = (int.from_bytes(file.read(2), "little") for _ in range(2))
+        middle = member.header_offset + 30 + name_length + extra_length + member.file_size // 2
+        file.seek(middle)
+        byte = file.read(1)[0]
+        file.seek(middle)
+        file.write(bytes([byte ^ 0x10]))

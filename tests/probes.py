@@ -136,3 +136,49 @@ class DieDuringCheckpointWrite(Callback):
             os._exit(9)
 
         checkpoint_io.write_bytes = write_half_then_die
+
+
+class SlowAfterTraining(Callback):
+    """Marks, then sleeps in, the end-of-training work: in ``on_train_end`` (before Lightning's
+    teardown) or while the test figures are drawn (after it), so a test can signal there."""
+
+    def __init__(self, where: str, marker: str, seconds: float = 60):
+        self.where, self.marker, self.seconds = where, marker, seconds
+        if where == "figures":
+            from multigpu.callbacks import test_figures
+
+            draw = test_figures.TestSetFigures.draw
+
+            def slow_draw(figures, trainer) -> None:
+                self.wait()
+                draw(figures, trainer)
+
+            test_figures.TestSetFigures.draw = slow_draw
+
+    def wait(self) -> None:
+        with open(self.marker, "w") as f:
+            f.write("here\n")
+        time.sleep(self.seconds)
+
+    @override
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.where == "train_end":
+            self.wait()
+
+
+class FillDisk(Callback):
+    """Fills the disk holding ``path`` when epoch ``epoch`` starts, leaving ``free`` bytes, as
+    another program filling a shared disk would."""
+
+    def __init__(self, path: str, epoch: int, free: int):
+        self.path, self.epoch, self.free = path, epoch, free
+
+    @override
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        stats = os.statvfs(os.path.dirname(self.path))
+        size = stats.f_bavail * stats.f_frsize - self.free
+        with open(self.path, "wb") as filler:
+            while size > 0:
+                size -= filler.write(bytes(min(size, 1 << 20)))

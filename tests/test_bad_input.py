@@ -1,6 +1,8 @@
 """Every bad input of the reliability list, through a real ``python train.py`` subprocess: a
 non-zero exit within seconds, before any training, with one ``error:`` line naming the value
-and the fix, and no traceback."""
+and the fix, no traceback, and the run's ``metrics.json`` saying the same. A mistake in a
+config value or a path is answered before torch is even imported (each run is watched with
+``PYTHONPROFILEIMPORTTIME``); only what needs the data or Lightning comes after."""
 
 from __future__ import annotations
 
@@ -72,15 +74,64 @@ CONFIG_CASES = {
         2,
         "sum to 0",
     ),
+    "split_weights_not_numbers": (
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[1,a]"],
+        2,
+        "strategy.split_weights=[1, 'a'] must be a list of numbers or null, e.g. "
+        "strategy.split_weights=[0.6,0.4]",
+    ),
+    "seed_not_a_number": (["seed=abc"], 2, "seed='abc' must be an integer or null, e.g. seed=42"),
+    "seed_negative": (["seed=-1"], 2, "seed=-1 must be between 0 and 4294967295"),
+    "max_epochs_negative": (
+        ["trainer.max_epochs=-5"],
+        2,
+        "trainer.max_epochs=-5 must be -1 (no limit) or more",
+    ),
+    "fp16_on_the_cpu": (
+        ["trainer.precision=16-mixed"],
+        2,
+        "trainer.precision=16-mixed is not supported on cpu (fp16 needs CUDA; on the CPU use "
+        "bf16-mixed)",
+    ),
+    "pipeline_unknown": (["data.pipeline=fast"], 2, "data.pipeline='fast' is not known: use one"),
+    "augment_not_a_bool": (["data.augment=maybe"], 2, "data.augment='maybe' must be true or false"),
+    "compile_not_a_bool": (["model.compile=maybe"], 2, "model.compile='maybe' must be true, false"),
+    # Found only by Lightning or by the data: after the import, still one line.
+    "lightning_refuses_an_argument": (
+        ["+trainer.no_such_argument=1"],
+        2,
+        "trainer: Trainer.__init__() got an unexpected keyword argument 'no_such_argument'",
+    ),
+    "num_classes_not_the_datas": (
+        ["model.net.num_classes=5"],
+        2,
+        "model.net.num_classes=5 but the data has 10 classes: set model.net.num_classes=10",
+    ),
 }
+# Cases answered only after torch is imported (they need Lightning, the data or a checkpoint).
+AFTER_IMPORT = {"config:lightning_refuses_an_argument", "config:num_classes_not_the_datas"}
+
+
+def stderr_lines(result) -> list[str]:
+    """What the run said on stderr, without the import-time profile."""
+    return [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+
+
+def imported(result) -> set[str]:
+    return {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
 
 
 def check_one_line_error(result, expected_status: int, text: str, cwd: Path) -> None:
-    assert result.returncode == expected_status, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    assert text in result.stderr, result.stderr[-2000:]
+    said = "\n".join(stderr_lines(result))
+    assert result.returncode == expected_status, said[-2000:]
+    assert "Traceback" not in said, said[-2000:]
+    assert text in said, said[-2000:]
     if expected_status == 2:
-        last = result.stderr.strip().splitlines()[-1]
+        last = said.strip().splitlines()[-1]
         assert last.startswith("error: ") and text in last
         (record,) = cwd.rglob("metrics.json")  # the run's record says why it failed
         recorded = json.loads(record.read_text())
@@ -111,16 +162,61 @@ CKPT_CASES = {
         "has shape [10, 32] in the checkpoint and [5, 32] here; it was trained with "
         "model.net.num_classes=10",
     ),
+    "a_folder": ([], "is a folder: pass the checkpoint file in it, e.g. ckpt_path="),
+    "weights_without_training_state": (
+        [],
+        "holds weights but no training state (optimizer_states, loops, epoch, global_step): "
+        "training cannot continue from it; eval.py can still evaluate it",
+    ),
 }
+# Files that are zip archives of tensors, but not checkpoints of ours: (build it, what is said),
+# through train.py (resuming) and eval.py alike.
 
 
-def width4_checkpoint(path: Path) -> Path:
-    """A checkpoint of a width-4, 10-class network, in the layout ``train.py`` writes."""
+def width4_checkpoint(path: Path, **changes) -> Path:
+    """A checkpoint of a width-4, 10-class network, in the layout ``train.py`` writes (weights
+    and hyperparameters, no training state), with ``changes`` to what it holds."""
     net = {"_target_": "multigpu.models.resnet18", "width": 4, "num_classes": 10}
     optimizer = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1}
     module = ImageClassifier(net=net, optimizer=optimizer)
-    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}, path)
+    checkpoint = {"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams)}
+    torch.save({**checkpoint, **changes}, path)
     return path
+
+
+class RunsCode:
+    """What a malicious checkpoint pickles: unpickling it would run a shell command."""
+
+    def __reduce__(self):
+        return (os.system, ("echo this should never run",))
+
+
+def crafted(case: str, path: Path) -> Path:
+    net = {"_target_": "multigpu.models.resnet18", "width": 4}
+    if case == "bare_state_dict":
+        torch.save(ImageClassifier(net=net).net.state_dict(), path)
+    elif case == "unknown_settings":
+        width4_checkpoint(path, hyper_parameters={"net": {**net, "depth": 50}})
+    elif case == "weights_not_its_settings":
+        width4_checkpoint(path, hyper_parameters={"net": {**net, "width": 8}})
+    elif case == "contains_code":
+        width4_checkpoint(path, extra=RunsCode())
+    return path
+
+
+CRAFTED = {
+    "bare_state_dict": "is a bare state_dict of tensors, not a checkpoint written by train.py",
+    "unknown_settings": "has network settings this network does not take (depth=50)",
+    "contains_code": "refused: it contains code (posix.system); a checkpoint written by "
+    "train.py holds only tensors and plain values",
+    # eval.py builds the network the file describes; train.py builds the configured one (and
+    # refuses this file for having no training state).
+    "weights_not_its_settings": "does not fit this network: parameter '0.weight' has shape "
+    "[4, 1, 3, 3] in the checkpoint and [8, 1, 3, 3] here; its weights do not match its own "
+    "network settings",
+}
+CRAFTED_CASES = [(c, s) for c in CRAFTED for s in ("train.py", "eval.py")]
+CRAFTED_CASES.remove(("weights_not_its_settings", "train.py"))
 
 
 def data_case(case: str, cwd: Path, shared_data: Path) -> list[str]:
@@ -140,6 +236,7 @@ def ckpt_case(case: str, cwd: Path, checkpoint: Path) -> list[str]:
         "missing": cwd / "nope.ckpt",
         "not_a_checkpoint": cwd / "notes.txt",
         "latest_without_runs": "latest",
+        "a_folder": cwd,
     }.get(case, checkpoint)
     if case == "not_a_checkpoint":
         path.write_text("these are not weights\n")
@@ -165,11 +262,23 @@ def outcomes(tmp_path_factory, shared_data) -> dict[str, tuple]:
     for case in CKPT_CASES:
         cwd = tmp_path_factory.mktemp(case)
         jobs[f"ckpt:{case}"] = (ckpt_case(case, cwd, checkpoint), cwd)
+    for case, script in CRAFTED_CASES:
+        cwd = tmp_path_factory.mktemp(case)
+        path = crafted(case, cwd.parent / f"{cwd.name}.ckpt")
+        jobs[f"{script}:{case}"] = ([f"ckpt_path={path}"], cwd)
+    jobs["eval.py:no_ckpt_path"] = ([], tmp_path_factory.mktemp("eval"))
+    jobs["eval.py:a_folder"] = ([f"ckpt_path={tmp_path_factory.mktemp('folder')}"], None)
 
     def launch(key: str):
         job = jobs[key]
-        overrides, cwd = job if isinstance(job, tuple) else (job, tmp_path_factory.mktemp("run"))
-        return run_script("train.py", *TINY, *overrides, cwd=cwd, timeout=300), cwd
+        overrides, cwd = job if isinstance(job, tuple) else (job, None)
+        cwd = cwd or tmp_path_factory.mktemp("run")
+        env = {"PYTHONPROFILEIMPORTTIME": "1"}
+        if key.startswith("eval.py:"):
+            result = run_script("eval.py", *overrides, "trainer.accelerator=cpu", cwd=cwd, env=env)
+        else:
+            result = run_script("train.py", *TINY, *overrides, cwd=cwd, timeout=300, env=env)
+        return result, cwd
 
     with ThreadPoolExecutor(max_workers=CORES + 1) as pool:
         return dict(zip(jobs, pool.map(launch, jobs), strict=True))
@@ -180,6 +289,10 @@ def test_bad_config_value(case, outcomes):
     _, status, text = CONFIG_CASES[case]
     result, cwd = outcomes[f"config:{case}"]
     check_one_line_error(result, status, text, cwd)
+    modules = imported(result)
+    assert "hydra" in modules  # the imports are seen at all
+    if f"config:{case}" not in AFTER_IMPORT:
+        assert "torch" not in modules and "pytorch_lightning" not in modules
 
 
 @pytest.mark.parametrize("case", sorted(DATA_CASES))
@@ -201,7 +314,9 @@ def test_bad_ckpt_path(case, outcomes):
     _, text = CKPT_CASES[case]
     result, cwd = outcomes[f"ckpt:{case}"]
     check_one_line_error(result, 2, text, cwd)
-    assert "ckpt_path=" in result.stderr.strip().splitlines()[-1]
+    assert "ckpt_path=" in stderr_lines(result)[-1]
+    if case in ("missing", "latest_without_runs", "a_folder"):  # found from the path alone
+        assert "torch" not in imported(result)
 
 
 @pytest.mark.parametrize(
@@ -225,3 +340,26 @@ def test_hydra_answers_before_torch_is_imported(script, args, status, tmp_path):
     }
     assert "hydra" in imported  # the imports are seen at all
     assert "torch" not in imported and "pytorch_lightning" not in imported
+
+
+@pytest.mark.parametrize("case,script", CRAFTED_CASES)
+def test_checkpoints_that_are_not_ours(case, script, outcomes):
+    result, cwd = outcomes[f"{script}:{case}"]
+    said = stderr_lines(result)
+    assert result.returncode == 2 and "Traceback" not in "\n".join(said), said[-20:]
+    assert said[-1].startswith("error: ckpt_path=") and CRAFTED[case] in said[-1]
+    assert "this should never run" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    "case,text",
+    [
+        ("no_ckpt_path", "ckpt_path is required: python eval.py ckpt_path="),
+        ("a_folder", "is a folder: pass the checkpoint file in it"),
+    ],
+)
+def test_eval_answers_a_missing_or_wrong_path_before_torch(case, text, outcomes):
+    result, _ = outcomes[f"eval.py:{case}"]
+    said = stderr_lines(result)
+    assert result.returncode == 2 and said[-1].startswith("error: ") and text in said[-1]
+    assert "hydra" in imported(result) and "torch" not in imported(result)

@@ -84,3 +84,24 @@ def test_ratios_pair_the_rounds_both_sides_ran_in():
     assert rounds == [100 / 50, 300 / 100] and value == statistics.median(rounds)
     single = {"rounds": [0], "images_per_s_runs": [80.0], "images_per_s": 80.0}
     assert paired_ratio(top, single) == (200 / 80, [])
+
+
+def test_startup_bench_times_the_cases_it_names(tmp_path):
+    """No timing asserted: the cases run and report their exit status and error line."""
+    result = subprocess.run(
+        [sys.executable, "-m", "multigpu.bench.startup", "--repeats", "1", "--out", str(tmp_path)]
+        + ["--only", "devices zero", "eval without ckpt_path"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads((tmp_path / "startup.json").read_text())["rows"]
+    assert [(r["case"], r["exit"]) for r in rows] == [
+        ("devices zero", 2),
+        ("eval without ckpt_path", 2),
+    ]
+    assert rows[0]["last_line"].startswith("error: trainer.devices=0 must be at least 1")
+    assert all(r["seconds"] > 0 for r in rows)
+    assert "| devices zero | 2 |" in (tmp_path / "startup.md").read_text()

@@ -6,7 +6,8 @@ import pytest
 from conftest import CONF, compose_config
 from hydra.utils import instantiate
 
-from multigpu.training import build_strategy, resolve
+from multigpu.fit import build_strategy
+from multigpu.training import resolve
 
 
 def options(group: str) -> list[str]:

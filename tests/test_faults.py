@@ -1,5 +1,6 @@
-"""Faults during real ``train.py`` runs: Ctrl-C and SIGTERM, then resume; a kill during a
-checkpoint write; a diverging learning rate; a DDP process that fails or hangs."""
+"""Faults during real ``train.py`` runs: Ctrl-C and SIGTERM, then resume, and once training is
+over; a kill during a checkpoint write; a checkpoint damaged on disk; a diverging learning rate;
+a DDP process that fails or hangs; every precision; a run extended under a cosine schedule."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SHARED_DATA, TINY, run_script
+from conftest import REPO, SHARED_DATA, TINY, flip_byte_in_a_tensor, run_script
 
 from multigpu.checkpoint import load_checkpoint, network_state
 
@@ -58,12 +60,24 @@ def uninterrupted(tmp_path_factory, data_root) -> Path:
 def start_and_signal(cwd: Path, data_root: Path, signum: signal.Signals):
     """Start a run, send ``signum`` once epoch 1's checkpoint exists (epoch 2 is slowed down
     so the signal lands in it), and return (result, seconds from signal to exit)."""
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    return signal_when(
+        cwd,
+        [*RUN, f"data.root={data_root}", *slow, "+callbacks.slow.seconds=0.2"],
+        lambda: bool(list(cwd.glob("outputs/*/*/checkpoints/last.ckpt"))),
+        signum,
+        settle=0.5,
+    )
+
+
+def signal_when(cwd: Path, overrides: list[str], ready, signum: signal.Signals, settle=0.0):
+    """Start ``train.py``, send ``signum`` once ``ready()``, and return (result, seconds from
+    signal to exit)."""
     env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **PROBES_ENV}
     env.pop("HYDRA_FULL_ERROR", None)
-    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
-    command = [sys.executable, str(REPO / "train.py"), *RUN, f"data.root={data_root}", *slow]
+    command = [sys.executable, str(REPO / "train.py"), *overrides]
     proc = subprocess.Popen(
-        [*command, "+callbacks.slow.seconds=0.2"],
+        command,
         cwd=cwd,
         env=env,
         # A shell starts background jobs with Ctrl-C ignored, and children inherit that; the
@@ -74,10 +88,10 @@ def start_and_signal(cwd: Path, data_root: Path, signum: signal.Signals):
         text=True,
     )
     deadline = time.monotonic() + 240
-    while not list(cwd.glob("outputs/*/*/checkpoints/last.ckpt")):
+    while not ready():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.05)
-    time.sleep(0.5)
+    time.sleep(settle)
     sent = time.monotonic()
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=120)
@@ -222,3 +236,116 @@ def test_ddp_process_failure_ends_the_run(probe, extra, tmp_path, data_root):
         assert "rank 1 fails on purpose at step 3" in result.stderr
     (run_dir,) = run_dirs(tmp_path)
     assert metrics(run_dir)["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    "signum,where",
+    [(signal.SIGTERM, "figures"), (signal.SIGINT, "figures"), (signal.SIGINT, "train_end")],
+    ids=["SIGTERM-figures", "SIGINT-figures", "SIGINT-train_end"],
+)
+def test_a_signal_after_the_last_epoch_leaves_the_run_completed(signum, where, tmp_path, data_root):
+    """After the last epoch's checkpoint: while the test figures are drawn (Lightning has put
+    the default SIGTERM handler back by then) or just before (Lightning's teardown has not run)."""
+    marker = tmp_path / "slow"
+    slow = [
+        "+callbacks.slow._target_=probes.SlowAfterTraining",
+        f"+callbacks.slow.where={where}",
+        f"+callbacks.slow.marker={marker}",
+    ]
+    result, seconds = signal_when(
+        tmp_path, [*RUN, f"data.root={data_root}", *slow], marker.exists, signum
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert seconds < 10 and "Traceback" not in result.stderr
+    skipped = (
+        "the test figures" if where == "figures" else "the end-of-training work (test figures)"
+    )
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"warning: {signum.name} after the last epoch: skipped {skipped}; the run completed "
+        "and its checkpoint is written"
+    )
+    (run_dir,) = run_dirs(tmp_path)
+    assert metrics(run_dir)["status"] == "completed" and metrics(run_dir)["epochs"] == 2
+    assert load_checkpoint(run_dir / "checkpoints" / "last.ckpt")["epoch"] == 1
+
+
+def test_a_damaged_checkpoint_is_named_with_the_one_to_use_instead(
+    tmp_path, data_root, uninterrupted
+):
+    run_dir = tmp_path / "copy"
+    shutil.copytree(uninterrupted, run_dir)
+    last, previous = (
+        run_dir / "checkpoints" / "last.ckpt",
+        run_dir / "checkpoints" / "previous.ckpt",
+    )
+    assert load_checkpoint(last)["epoch"] == 1 and load_checkpoint(previous)["epoch"] == 0
+    flip_byte_in_a_tensor(last)
+    expected = (
+        f"error: ckpt_path={last} is damaged: its contents no longer match the digest written "
+        f"with it (a disk or copy error, or an edit); use the one before it, ckpt_path={previous}"
+    )
+    for script, args in (
+        ("train.py", [*RUN, "trainer.max_epochs=3"]),
+        ("eval.py", ["trainer.accelerator=cpu", "data.test_subset=256"]),
+    ):
+        result = run_script(
+            script, *args, f"data.root={data_root}", f"ckpt_path={last}", cwd=tmp_path
+        )
+        assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == expected
+    # The one it names is good: resumed from it, training ends where the original run ended.
+    resumed = run_script(
+        "train.py", *RUN, f"data.root={data_root}", f"ckpt_path={previous}", cwd=tmp_path
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected_weights, got = final_weights(uninterrupted), final_weights(run_dirs(tmp_path)[-1])
+    for name in expected_weights:
+        torch.testing.assert_close(got[name], expected_weights[name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("precision", ["32-true", "64-true", "bf16-mixed", "bf16-true"])
+def test_every_cpu_precision_completes_with_its_figures(precision, tmp_path):
+    """Every precision the CPU takes trains, evaluates and draws the test figures under
+    Lightning's precision plugin (fp16 is refused on the CPU up front: test_bad_input)."""
+    result = run_script(
+        "train.py",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=128",
+        "data.num_test=64",
+        "data.batch_size=32",
+        f"trainer.precision={precision}",
+        "strategy=scatter_allreduce",
+        "trainer.devices=2",
+        f"hydra.run.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    recorded = metrics(tmp_path)
+    assert recorded["status"] == "completed" and recorded["run"]["precision"] == precision
+    (events,) = tmp_path.glob("events.out.tfevents.*")
+    assert b"test/confusion_matrix" in events.read_bytes()
+
+
+def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
+    """2 epochs of cosine decay over 2 epochs, then resumed with trainer.max_epochs=4: the
+    last two epochs follow the cosine over 4 epochs, lr = 0.1 (1 + cos(pi e / 4)) / 2."""
+    common = [*RUN, f"data.root={data_root}", "+model/scheduler=cosine"]
+    first = run_script("train.py", *common, "hydra.run.dir=first", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    extended = run_script(
+        "train.py",
+        *common,
+        "trainer.max_epochs=4",
+        f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
+        "hydra.run.dir=extended",
+        cwd=tmp_path,
+    )
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    lrs = [h["lr"] for h in metrics(tmp_path / "extended")["history"]]
+    cosine = [
+        0.1 * (1 + math.cos(math.pi * e / t)) / 2 for e, t in ((0, 2), (1, 2), (2, 4), (3, 4))
+    ]
+    assert lrs == pytest.approx(cosine, abs=1e-7)
+    assert "with the schedule as configured now: lr 0.05 (the checkpoint's schedule had 0)" in (
+        extended.stdout + extended.stderr
+    )

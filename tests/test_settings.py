@@ -4,13 +4,16 @@ for machines it is not (a GPU server, a cluster job), since the resolution is pu
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import compose_config, resolve_on
 
 from multigpu.errors import UserError
+from multigpu.fit import build_strategy
 from multigpu.settings import check_split_weights, parse_devices
-from multigpu.training import build_strategy, resolve
+from multigpu.training import resolve
 
 
 @pytest.mark.parametrize(
@@ -129,12 +132,32 @@ def test_batch_and_lr_follow_the_devices_and_nodes(tmp_path):
         (["model.lr_scaling.rule=sqrt"], "model.lr_scaling.rule='sqrt' is not known"),
         (["strategy=ddp", "strategy.start_method=fork"], "strategy.start_method='fork'"),
         (["trainer.accelerator=tpu"], "trainer.accelerator='tpu' is not supported"),
+        (["model.net.init_std=0"], "model.net.init_std=0 must be positive, or null"),
+        (["model.net.num_classes=1"], "model.net.num_classes=1 must be 2 or more"),
+        (["model.optimizer.momentum=-0.5"], "model.optimizer.momentum=-0.5 must be 0 or more"),
+        (["data.train_subset=0"], "data.train_subset=0 must be a positive integer"),
+        (["+trainer.max_steps=-2"], "trainer.max_steps=-2 must be -1 (no limit) or more"),
+        (["strategy=ddp", "strategy.timeout_s=0"], "strategy.timeout_s=0 must be positive"),
+        (["check_finite_every_n_steps=0"], "check_finite_every_n_steps=0 must be 1 or more"),
+        (["trainer.precision=transformer-engine"], "is not supported on cpu: use one of"),
+        (["trainer.num_nodes=two"], "trainer.num_nodes='two' must be an integer, e.g."),
+        (["data.flip=sideways"], "data.flip='sideways' must be true or false, e.g. data.flip=true"),
     ],
 )
 def test_bad_layouts_name_the_value_and_the_fix(overrides, message, tmp_path):
     cfg = compose_config(["trainer.accelerator=cpu", *overrides], tmp_path)
-    with pytest.raises(UserError, match=message):
+    with pytest.raises(UserError, match=re.escape(message)):
         resolve_on(cfg)
+
+
+def test_precision_aliases_resolve_and_fp16_needs_cuda(tmp_path):
+    assert resolve_on(compose_config(["trainer.precision=bf16"], tmp_path)).precision == (
+        "bf16-mixed"
+    )
+    on_gpu = compose_config(["trainer.precision=16"], tmp_path)
+    assert resolve_on(on_gpu, cuda_devices=1).precision == "16-mixed"
+    with pytest.raises(UserError, match="fp16 needs CUDA"):
+        resolve_on(compose_config(["trainer.precision=16-true"], tmp_path))
 
 
 def test_compiled_dataparallel_is_refused_on_several_gpus(tmp_path):

@@ -14,7 +14,8 @@ import pytorch_lightning as pl
 import torch
 from conftest import compose_config, run_script
 
-from multigpu.training import build_module, resolve, train
+from multigpu.fit import build_module
+from multigpu.training import resolve, train
 
 BATCH, SAMPLES = 32, 80  # steps of 32, 32, 16: K = 3 per epoch, the last one uneven
 EXACT = [

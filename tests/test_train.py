@@ -75,8 +75,23 @@ def test_eval_reports_the_runs_test_accuracy(finished_run, data_root):
     assert result.returncode == 0, result.stderr[-3000:]
     reported = json.loads(result.stdout.strip().splitlines()[-1])
     metrics = json.loads((finished_run / "metrics.json").read_text())
-    assert reported["samples"] == 1000
+    assert reported["samples"] == 1000 and reported["epochs_trained"] == metrics["epochs"] == 2
     assert reported["test_acc"] == pytest.approx(metrics["test_acc"], abs=1e-6)
+
+
+@pytest.mark.subprocess
+def test_eval_reads_any_data_option(finished_run):
+    """``data=synthetic`` has no ``normalize``: what the checkpoint records for it is skipped."""
+    result = run_script(
+        "eval.py",
+        f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}",
+        "data=synthetic",
+        "trainer.accelerator=cpu",
+        cwd=finished_run,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    reported = json.loads(result.stdout.strip().splitlines()[-1])
+    assert reported["samples"] == 256 and 0 <= reported["test_acc"] <= 1
 
 
 def test_checkpoint_loads_into_a_plain_module(finished_run):

@@ -1,8 +1,9 @@
 """Checkpoint files that are either complete or absent: a reader never sees half of one.
 
-Lightning's ``torch.save`` checkpoint is serialised in memory, then written through
-``multigpu.atomic`` (a temporary file beside the target, flushed to disk, renamed over it). A
-process killed during the write leaves the previous checkpoint untouched.
+Lightning's ``torch.save`` checkpoint gets the digest of its contents (``multigpu.checkpoint``),
+is serialised in memory, then written through ``multigpu.atomic`` (a temporary file beside the
+target, flushed to disk, renamed over it). A process killed during the write leaves the
+previous checkpoint untouched; bytes damaged later are found when the file is read.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from multigpu.atomic import atomic_file
+from multigpu.checkpoint import DIGEST, digest
 
 
 def write_bytes(file: IO[bytes], data: memoryview) -> None:
@@ -30,6 +32,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     ) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO takes no storage_options")
+        checkpoint[DIGEST] = digest(checkpoint)  # checked whenever the file is read
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         with atomic_file(path) as file:

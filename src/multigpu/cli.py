@@ -11,10 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from multigpu.errors import RunStopped, UserError
+from multigpu.atomic import check_creatable
+from multigpu.errors import RunStopped, UserError, WriteFailed, message
 from multigpu.outcome import outcome_of
 
 
@@ -23,6 +25,25 @@ def hydra_runtime(cfg: DictConfig) -> tuple[dict[str, str], bool]:
     the config when composed with ``return_hydra_config=True``, else from the running app."""
     hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get()
     return dict(hydra.runtime.choices), hydra.mode == RunMode.MULTIRUN
+
+
+class CheckRunFolder(Callback):
+    """Hydra creates the run (or sweep) folder and writes its config there before the job
+    starts; one that cannot be written is refused first, in one line, instead of a traceback."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.check(config.hydra.run.dir, "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        self.check(config.hydra.sweep.dir, "hydra.sweep.dir")
+
+    @staticmethod
+    def check(folder: str, key: str) -> None:
+        try:
+            check_creatable(folder)
+        except WriteFailed as err:
+            print(f"error: {err}: pass a writable {key}", file=sys.stderr, flush=True)
+            sys.exit(UserError.exit_code)
 
 
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
@@ -37,7 +58,7 @@ def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             logging.getLogger("multigpu").debug("stopped", exc_info=True)
-            print(f"error: {err}", file=sys.stderr, flush=True)
+            print(f"error: {message(err)}", file=sys.stderr, flush=True)
             sys.exit(outcome_of(err).exit_code)
 
     return wrapper

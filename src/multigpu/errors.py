@@ -1,6 +1,8 @@
 """The errors a run ends with on purpose, each with the status it records and the exit status
 the entry points return (see ``multigpu.outcome`` for every other exception)."""
 
+from __future__ import annotations
+
 
 class UserError(Exception):
     """A mistake in a config value, a path or a file that the user can fix.
@@ -27,6 +29,15 @@ class Diverged(RunStopped):
     exit_code = 3
 
 
+class WriteFailed(RunStopped):
+    """A file could not be written (disk full, read-only, no permission); nothing half-written
+    is left, and the file it would have replaced is intact."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
 class Interrupted(RunStopped):
     """Ctrl-C or SIGTERM: the run stopped after its current step and can be resumed."""
 
@@ -35,3 +46,14 @@ class Interrupted(RunStopped):
     def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
         self.exit_code = exit_code  # 128 + the signal's number, as shells report it
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """What else went wrong while handling ``error``, said on the same line (``__notes__``, as
+    Python 3.11's ``add_note`` keeps them)."""
+    error.__notes__ = [*getattr(error, "__notes__", []), note]
+
+
+def message(error: BaseException) -> str:
+    """The error's one line, with its notes."""
+    return "; ".join([str(error), *getattr(error, "__notes__", [])])

@@ -1,22 +1,28 @@
 """``evaluate(cfg)``: test accuracy of a checkpoint, through the module's own test step.
 
-The network is rebuilt from the checkpoint's stored settings (never from code in the file) and
-evaluated by Lightning's test loop on one device, the first of ``trainer.devices``, so that
-evaluation during training and here are the same computation.
+The path and the settings are checked first, before torch is imported; then the network is
+rebuilt from the checkpoint's stored settings (never from code in the file) and evaluated by
+Lightning's test loop on one device, the first of ``trainer.devices``, so that evaluation
+during training and here are the same computation. The data is read as the network was trained
+(``normalize`` comes from the checkpoint).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytorch_lightning as pl
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.build import build
-from multigpu.checkpoint import classifier, load_checkpoint
+from multigpu.ckpt_path import checkpoint_file
 from multigpu.errors import UserError
-from multigpu.settings import parse_accelerator, parse_devices, plain
+from multigpu.schema import check_types
+from multigpu.settings import (
+    cuda_device_count,
+    parse_accelerator,
+    parse_devices,
+    parse_precision,
+    plain,
+)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -24,22 +30,29 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         raise UserError(
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt"
         )
-    checkpoint = load_checkpoint(cfg.ckpt_path)
-    module = classifier(checkpoint)
-    data = plain(cfg.data)
-    data.pop("batch_size_per_device", None)  # a training-time scaling rule
-    if data.get("normalize", "absent") is None:
-        trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
-        data["normalize"] = trained_with.get("normalize", True)
-    datamodule = build(data)
-
-    cuda_devices = torch.cuda.device_count()
+    path = checkpoint_file(cfg.ckpt_path)
+    check_types(cfg)
+    cuda_devices = cuda_device_count()
     accelerator = parse_accelerator(cfg.trainer.accelerator, cuda_devices)
     device = parse_devices(plain(cfg.trainer.devices), cuda_devices)[0]
+    precision = parse_precision(cfg.trainer.precision, accelerator)
+
+    import pytorch_lightning as pl  # the checks passed: now the heavy part
+
+    from multigpu.build import build
+    from multigpu.checkpoint import classifier, load_checkpoint
+
+    checkpoint = load_checkpoint(path)
+    module = classifier(checkpoint, path)
+    data = plain(cfg.data)
+    data.pop("batch_size_per_device", None)  # a training-time scaling rule
+    trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
+    data.update({k: v for k, v in trained_with.items() if k in data})
+    datamodule = build(data)
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=[device] if accelerator == "cuda" else 1,
-        precision=cfg.trainer.precision,
+        precision=precision,
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -49,5 +62,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return {
         "test_acc": result["test/acc"],
         "samples": len(datamodule.test_set),
-        "epochs_trained": checkpoint.get("epoch"),
+        "epochs_trained": checkpoint.get("epoch", -1)
+        + 1,  # Lightning stores the last epoch's index
     }

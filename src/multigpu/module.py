@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,11 +14,10 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
-from multigpu.errors import UserError
-from multigpu.outcome import summary_line
 from multigpu.settings import plain
 
 Network = Callable[[Tensor], Tensor]
+log = logging.getLogger(__name__)
 
 
 class ImageClassifier(LightningModule):
@@ -46,11 +46,7 @@ class ImageClassifier(LightningModule):
         self.save_hyperparameters(
             {"net": net, "optimizer": optimizer, "scheduler": scheduler}, logger=False
         )
-        try:
-            self.net = instantiate(net)
-        except Exception as err:  # Hydra wraps the network's own ValueError
-            cause = err.__cause__ if isinstance(err.__cause__, ValueError) else err
-            raise UserError(summary_line(str(cause))) from None
+        self.net = instantiate(net)
         num_classes = net.get("num_classes", 10)
         self.train_acc = MulticlassAccuracy(num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes, average="micro")
@@ -77,6 +73,11 @@ class ImageClassifier(LightningModule):
     @override
     def forward(self, images: Tensor) -> Tensor:
         return self.net(self.layout(images))
+
+    @override
+    def on_train_epoch_start(self) -> None:
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log("train/lr", lr, on_step=False, on_epoch=True, rank_zero_only=True)
 
     @override
     def training_step(
@@ -122,6 +123,35 @@ class ImageClassifier(LightningModule):
     @override
     def test_step(self, batch, batch_idx: int) -> Tensor:
         return self.evaluate(batch, "test")
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed run follows the learning-rate schedule as configured now: a run extended
+        with a larger ``trainer.max_epochs`` decays over its new length, not the old one. The
+        scheduler is replayed from the start to the resumed epoch, and the restored optimizer
+        starts from the learning rate it lands on (the same one when nothing changed)."""
+        schedulers, optimizers = checkpoint.get("lr_schedulers"), checkpoint.get("optimizer_states")
+        if not self.hparams.scheduler or not schedulers or not optimizers:
+            return
+        epochs = schedulers[0].get("last_epoch", 0)
+        optimizer, scheduler = self.replay_schedule(epochs)
+        lr = optimizer.param_groups[0]["lr"]
+        saved = optimizers[0]["param_groups"][0]
+        if abs(saved["lr"] - lr) > 1e-12 * max(abs(lr), 1):
+            log.info("resuming after %d epochs with the schedule as configured now: lr %g "
+                     "(the checkpoint's schedule had %g)", epochs, lr, saved["lr"])  # fmt: skip
+        schedulers[0] = scheduler.state_dict()
+        for group in optimizers[0]["param_groups"]:
+            group["lr"], group["initial_lr"] = lr, optimizer.param_groups[0]["initial_lr"]
+
+    def replay_schedule(self, epochs: int):
+        """(optimizer, scheduler) as configured, on a stand-in parameter, ``epochs`` steps in."""
+        optimizer = instantiate(self.hparams.optimizer)([nn.Parameter(torch.zeros(1))])
+        scheduler = instantiate(self.hparams.scheduler)(optimizer)
+        for _ in range(epochs):
+            optimizer.step()  # no gradient: changes nothing, but schedulers expect a step first
+            scheduler.step()
+        return optimizer, scheduler
 
     @override
     def configure_optimizers(self):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from multigpu.errors import RunStopped, UserError
+from multigpu.errors import RunStopped, UserError, message
 
 REASON_CHARS = 500
 
@@ -38,7 +38,7 @@ def outcome_of(error: BaseException) -> Outcome:
     """Our own errors carry their status and exit code; Ctrl-C and SIGTERM that reach here
     unconverted are interruptions; anything else is a failure (a bug or a broken environment)."""
     if isinstance(error, (UserError, RunStopped)):
-        return Outcome(error.status, summary_line(str(error)), error.exit_code)
+        return Outcome(error.status, summary_line(message(error)), error.exit_code)
     if isinstance(error, KeyboardInterrupt):
         return Outcome("interrupted", "interrupted by SIGINT", 128 + signal.SIGINT)
     if type(error).__name__ == "SIGTERMException":  # Lightning's, without importing Lightning

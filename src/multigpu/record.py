@@ -10,16 +10,28 @@ spawned DDP workers whose history never comes back to this process.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from pathlib import Path
 from typing import Any
 
-from pytorch_lightning.utilities import rank_zero_only
+from lightning_utilities.core.rank_zero import rank_zero_only
 
 from multigpu.atomic import write_json
 from multigpu.outcome import Outcome
 
 SCHEMA = 2
+# Where launchers put a process's rank, in the order Lightning reads them.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def is_rank_zero() -> bool:
+    """This process's rank as Lightning knows it once it has set it (its strategies do), else
+    as the launcher's environment says: torch-free, for the record written before training."""
+    rank = getattr(rank_zero_only, "rank", None)
+    if rank is None:
+        rank = next((int(os.environ[k]) for k in RANK_VARIABLES if k in os.environ), 0)
+    return rank == 0
 
 
 def _median(values: list[float]) -> float | None:
@@ -50,8 +62,7 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, A
 
 
 class RunRecord:
-    """Writes ``metrics.json``; every process keeps the history, only rank zero writes (its rank
-    as Lightning knows it: from the launcher's environment, then from the strategy)."""
+    """Writes ``metrics.json``; every process keeps the history, only rank zero writes."""
 
     def __init__(self, path: str | Path, run: dict[str, Any]):
         self.path = Path(path)
@@ -85,5 +96,5 @@ class RunRecord:
             return None
 
     def _write(self, summary: dict[str, Any]) -> None:
-        if rank_zero_only.rank == 0:
+        if is_rank_zero():
             write_json(self.path, summary)

@@ -1,21 +1,34 @@
 """The run, resolved once: the composed config turned into one frozen description of where and
 how it runs (device kind and ids, how many processes and who starts them, the global and
-per-process batch, the effective learning rate), with every check of those values here.
+per-process batch, the effective learning rate), with every check of the config's values here:
+types (``multigpu.schema``), ranges, and the cross-checks between them.
 
 A pure function of the config and of what it is told about the machine (``Machine``): it
-imports neither torch nor Lightning, so a config can be checked before they load, and a GPU
-machine's layout can be resolved (and tested) on a CPU.
+imports neither torch nor Lightning, so a mistake is answered before they load (in about a
+second), and a GPU machine's layout can be resolved (and tested) on a CPU.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.errors import UserError
+from multigpu.names import (
+    CPU_PRECISIONS,
+    CUDA_PRECISIONS,
+    LR_RULES,
+    NORMS,
+    PIPELINES,
+    PRECISION_ALIASES,
+    START_METHODS,
+)
+from multigpu.schema import check_types
 
 # How each option of the ``strategy`` group places its work on the devices.
 ONE_DEVICE = "one_device"  # the whole step on one device
@@ -28,10 +41,11 @@ PLACEMENTS = {
     "ddp": PER_DEVICE,
     "ddp_spawn": PER_DEVICE,
 }
-START_METHODS = ("auto", "popen", "spawn")
-LR_RULES = ("none", "linear")
 # torchrun sets these for every worker (Lightning 2.6's TorchElasticEnvironment.detect).
 TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+# Without any of these, no GPU driver is loaded, so torch would see no GPU either.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
+MAX_SEED = 2**32 - 1  # what seed_everything accepts
 
 
 @dataclass(frozen=True)
@@ -42,6 +56,19 @@ class Machine:
     cpu_cores: int
     environ: Mapping[str, str]
     multirun: bool  # a job of a Hydra multirun (-m)
+
+    @classmethod
+    def this(cls, multirun: bool) -> Machine:
+        """This machine, asking torch for its GPUs only where a GPU driver is loaded."""
+        return cls(cuda_device_count(), os.cpu_count() or 1, dict(os.environ), multirun)
+
+
+def cuda_device_count() -> int:
+    if not any(Path(p).exists() for p in GPU_DEVICE_FILES):
+        return 0
+    import torch  # a GPU machine: only torch knows what CUDA_VISIBLE_DEVICES and the driver allow
+
+    return torch.cuda.device_count()
 
 
 @dataclass(frozen=True)
@@ -117,7 +144,9 @@ def is_count(value: Any) -> bool:
 
 
 def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -> Run:
-    """Check the config's layout values and derive everything that depends on them."""
+    """Check the config's values and derive everything that depends on them."""
+    check_types(cfg)
+    check_values(cfg)
     strategy = choices["strategy"]
     if strategy not in PLACEMENTS:
         raise UserError(
@@ -133,6 +162,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         raise UserError(f"trainer.num_nodes={num_nodes!r} must be a positive integer, e.g. 1")
     strategy_cfg = plain(cfg.strategy)
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
+    precision = parse_precision(trainer.get("precision"), accelerator)
     check_compile(strategy, accelerator, ids, plain(cfg.model.get("compile", False)))
     if strategy == "scatter_allreduce":
         check_split_weights(strategy_cfg.get("split_weights"), len(ids))
@@ -152,12 +182,72 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         batch_size=batch_size,
         process_batch_size=batch_size // processes,
         lr=scaled_lr(plain(cfg.model), batch_size),
-        precision=str(trainer.get("precision") or "32-true"),
+        precision=precision,
         width=net.get("width"),
         norm=net.get("norm"),
         max_epochs=trainer.get("max_epochs"),
         seed=cfg.get("seed"),
         data=choices.get("data", "?"),
+    )
+
+
+# Values that stand alone -----------------------------------------------------------------------
+def check_values(cfg: DictConfig) -> None:
+    """Ranges and names of the values that need no other value to be checked (their types are
+    already right)."""
+    seed = cfg.get("seed")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise UserError(f"seed={seed} must be between 0 and {MAX_SEED} (or null), e.g. seed=42")
+    at_least("check_finite_every_n_steps", cfg.get("check_finite_every_n_steps"), 1)
+    data, net, trainer = plain(cfg.data), plain(cfg.model.net), plain(cfg.trainer)
+    one_of("data.pipeline", data.get("pipeline"), PIPELINES)
+    for key in ("num_workers", "crop_padding", "val_size"):
+        at_least(f"data.{key}", data.get(key), 0)
+    for key in ("train_subset", "test_subset", "num_train", "num_test", "num_classes"):
+        at_least(f"data.{key}", data.get(key), 1, "a positive integer")
+    if net.get("width") is not None and net["width"] < 1:
+        raise UserError(f"model.net.width={net['width']} must be a positive integer, e.g. 64")
+    one_of("model.net.norm", net.get("norm"), NORMS)
+    at_least("model.net.num_classes", net.get("num_classes"), 2)
+    at_least("model.net.in_channels", net.get("in_channels"), 1)
+    if net.get("init_std") is not None and net["init_std"] <= 0:
+        raise UserError(f"model.net.init_std={net['init_std']} must be positive, or null")
+    optimizer = plain(cfg.model.optimizer)
+    for key in ("momentum", "weight_decay"):
+        at_least(f"model.optimizer.{key}", optimizer.get(key), 0)
+    compile = plain(cfg.model.get("compile"))
+    if not isinstance(compile, (bool, dict)) and compile is not None:
+        raise UserError(
+            f"model.compile={compile!r} must be true, false, or torch.compile's arguments, "
+            "e.g. model.compile={mode:max-autotune}"
+        )
+    for key in ("max_epochs", "max_steps", "num_sanity_val_steps"):
+        at_least(f"trainer.{key}", trainer.get(key), -1, "-1 (no limit) or more")
+    if cfg.strategy.get("timeout_s") is not None and cfg.strategy.timeout_s <= 0:
+        raise UserError(f"strategy.timeout_s={cfg.strategy.timeout_s} must be positive, e.g. 300")
+
+
+def at_least(key: str, value: Any, least: int, wanted: str | None = None) -> None:
+    if value is not None and value < least:
+        raise UserError(f"{key}={value} must be {wanted or f'{least} or more'}")
+
+
+def one_of(key: str, value: Any, names: tuple[str, ...]) -> None:
+    if value is not None and value not in names:
+        raise UserError(f"{key}={value!r} is not known: use one of {', '.join(names)}")
+
+
+def parse_precision(precision: Any, accelerator: str) -> str:
+    """Lightning's name for ``trainer.precision``; fp16 needs CUDA (Lightning would quietly
+    switch a CPU run to bf16, and the record would name the wrong precision)."""
+    name = PRECISION_ALIASES.get(str(precision), str(precision or "32-true"))
+    supported = CUDA_PRECISIONS if accelerator == "cuda" else CPU_PRECISIONS
+    if name in supported:
+        return name
+    hint = " (fp16 needs CUDA; on the CPU use bf16-mixed)" if name in CUDA_PRECISIONS else ""
+    raise UserError(
+        f"trainer.precision={precision} is not supported on {accelerator}{hint}: use one of "
+        f"{', '.join(supported)}"
     )
 
 

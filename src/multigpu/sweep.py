@@ -17,7 +17,6 @@ from omegaconf import DictConfig
 from multigpu.cli import hydra_runtime
 from multigpu.errors import Interrupted, RunStopped, UserError
 from multigpu.outcome import outcome_of
-from multigpu.report import incomplete, to_text, write_report
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +49,8 @@ class SweepReport(Callback):
     complete."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        from multigpu.report import incomplete, to_text, write_report  # matplotlib: only now
+
         sweep_dir = Path(config.hydra.sweep.dir)
         if not any(sweep_dir.rglob("metrics.json")):
             return

@@ -14,6 +14,7 @@ EPOCH_KEYS = {
     "train_acc": "train/acc",
     "test_acc": "test/acc",
     "val_acc": "val/acc",
+    "lr": "train/lr",
     "epoch_s": "time/epoch_s",
     "samples_per_s": "throughput/samples_per_s",
 }

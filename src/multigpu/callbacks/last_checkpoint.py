@@ -1,4 +1,6 @@
-"""``checkpoints/last.ckpt`` after every finished epoch, the file runs resume from.
+"""``checkpoints/last.ckpt`` after every finished epoch, the file runs resume from, and
+``previous.ckpt``, the one it replaced (a second name of the same file, no copy), to fall back
+on if ``last.ckpt`` is ever damaged.
 
 Lightning's ``ModelCheckpoint`` writes ``last.ckpt`` only alongside a top-k checkpoint; this
 writes it alone, once per epoch, after validation and after every other callback (Lightning
@@ -14,7 +16,8 @@ from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.callbacks import Checkpoint
 from typing_extensions import override
 
-LAST = "last.ckpt"
+from multigpu.atomic import link_atomically
+from multigpu.ckpt_path import LAST, PREVIOUS
 
 
 class LastCheckpoint(Checkpoint):
@@ -35,4 +38,6 @@ class LastCheckpoint(Checkpoint):
         if trainer.fast_dev_run or trainer.sanity_checking:
             return
         if finished % self.every_n_epochs == 0 or is_last or trainer.should_stop:
+            if trainer.is_global_zero and self.path.is_file():
+                link_atomically(self.path, self.dirpath / PREVIOUS)
             trainer.save_checkpoint(self.path, weights_only=False)  # with optimizer state

@@ -19,6 +19,7 @@ from torch import Tensor  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from multigpu.callbacks.hparams import tensorboard_loggers  # noqa: E402
+from multigpu.interrupts import skipped_on_signal  # noqa: E402
 
 TEST_LOADER = 0  # the module evaluates the test set as loader 0 (and a validation split as 1)
 GRID_BATCHES = 2  # batches kept for the grid of misclassified images
@@ -103,6 +104,10 @@ class TestSetFigures(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if not trainer.is_global_zero or self.matrix is None:
             return
+        with skipped_on_signal("the test figures"):
+            self.draw(trainer)
+
+    def draw(self, trainer: Trainer) -> None:
         names = trainer.datamodule.class_names
         matrix = self.matrix.cpu()
         images, labels, predicted = (torch.cat(t).cpu() for t in zip(*self.examples, strict=True))

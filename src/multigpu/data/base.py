@@ -12,8 +12,6 @@ from multigpu.data.augment import augment
 from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
 from multigpu.errors import UserError
 
-PIPELINES = ("torchvision", "memory")
-
 
 class EpochSampler(DistributedSampler):
     """A ``DistributedSampler`` that takes its epoch from the trainer when iteration starts.
@@ -32,23 +30,19 @@ class EpochSampler(DistributedSampler):
         return super().__iter__()
 
 
-def seeded_subset(dataset: Dataset, size: int | None, seed: int, name: str) -> Dataset:
+def seeded_subset(dataset: Dataset, size: int | None, seed: int) -> Dataset:
     """A random, reproducible subset of ``size`` samples (all of them when ``size`` is null)."""
-    if size is None:
+    if size is None or size >= len(dataset):
         return dataset
-    total = len(dataset)
-    if not isinstance(size, int) or size <= 0:
-        raise UserError(f"{name}={size!r} must be a positive number of samples, or null for all")
-    if size >= total:
-        return dataset
-    indices = torch.randperm(total, generator=torch.Generator().manual_seed(seed))[:size]
+    indices = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:size]
     return Subset(dataset, indices.tolist())
 
 
 def split_off(dataset: Dataset, size: int, seed: int) -> tuple[Dataset, Dataset]:
-    """Carve a seeded hold-out of ``size`` samples from ``dataset``: (rest, hold-out)."""
+    """Carve a seeded hold-out of ``size`` samples from ``dataset``: (rest, hold-out). How many
+    samples there are is known only now, so this one check stays here."""
     total = len(dataset)
-    if not isinstance(size, int) or size < 0 or size >= total:
+    if size >= total:
         raise UserError(
             f"data.val_size={size!r} must be between 0 and {total - 1} (the training samples)"
         )
@@ -83,12 +77,6 @@ class ImageDataModule(LightningDataModule):
         flip: bool = True,
     ):
         super().__init__()
-        if pipeline not in PIPELINES:
-            raise UserError(f"data.pipeline={pipeline!r} is not known: use torchvision or memory")
-        if not isinstance(crop_padding, int) or crop_padding < 0:
-            raise UserError(f"data.crop_padding={crop_padding!r} must be 0 or more pixels")
-        if not isinstance(num_workers, int) or num_workers < 0:
-            raise UserError(f"data.num_workers={num_workers!r} must be 0 or more")
         self.batch_size = batch_size
         self.num_workers = num_workers
         self.seed = seed
@@ -120,11 +108,11 @@ class ImageDataModule(LightningDataModule):
         if self.test_set is not None:
             return
         train, test = self.load_datasets()
-        train = seeded_subset(train, self.train_subset, self.seed, "data.train_subset")
+        train = seeded_subset(train, self.train_subset, self.seed)
         if self.val_size:
             train, self.val_set = split_off(train, self.val_size, self.seed)
         self.train_set = train
-        self.test_set = seeded_subset(test, self.test_subset, self.seed, "data.test_subset")
+        self.test_set = seeded_subset(test, self.test_subset, self.seed)
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         """Every loader reads through a ``DistributedSampler`` made here, one process or many.

@@ -1,0 +1,152 @@
+"""Training itself, once the run is resolved: the strategy, data, module and ``Trainer`` built
+from the ``Run``, and Lightning's fit. ``multigpu.training.train`` calls it; it is the part that
+imports torch and Lightning."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig
+from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.strategies import Strategy
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+from multigpu.build import build
+from multigpu.callbacks import DivergenceGuard, EpochHistory, EpochTimer, HParamsSummary
+from multigpu.checkpoint import check_fits, check_resumable, load_checkpoint
+from multigpu.checkpoint_io import AtomicCheckpointIO
+from multigpu.ckpt_path import LAST
+from multigpu.errors import Interrupted, UserError, WriteFailed, add_note
+from multigpu.interrupts import after_training_notice
+from multigpu.module import ImageClassifier
+from multigpu.outcome import summary_line
+from multigpu.record import RunRecord
+from multigpu.settings import IN_PROCESS, ONE_DEVICE, Run, plain
+
+log = logging.getLogger(__name__)
+
+
+def build_strategy(node: DictConfig, run: Run) -> Strategy:
+    """The ``strategy`` group's class with the run's devices: Lightning's single-device
+    strategy takes one, ours a list; for DDP, Lightning places one process per device."""
+    devices = [torch.device(d) for d in run.torch_devices]
+    if run.placement == ONE_DEVICE:
+        return build(node, device=devices[0])
+    if run.placement == IN_PROCESS:
+        return build(node, parallel_devices=devices)
+    return build(node, start_method=run.start_method)
+
+
+def build_module(node: DictConfig, run: Run) -> ImageClassifier:
+    """The model group as configured, with the learning rate the run resolved."""
+    model = plain(node)
+    model.pop("lr_scaling", None)  # already applied: run.lr
+    model["optimizer"]["lr"] = run.lr
+    return build(model, _recursive_=False)
+
+
+def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
+    """The data group as configured, loading the share of the global batch each process loads."""
+    data = plain(node)
+    data.pop("batch_size_per_device", None)  # already applied: run.batch_size
+    data["batch_size"] = run.process_batch_size
+    return build(data)
+
+
+def resume_hint(output_dir: Path) -> str:
+    last = output_dir / "checkpoints" / LAST
+    if last.is_file():
+        return f"resume with ckpt_path={last} (or ckpt_path=latest)"
+    return "no epoch had finished, so there is no checkpoint to resume"
+
+
+def check_classes(module: ImageClassifier, datamodule: pl.LightningDataModule) -> None:
+    """The network's outputs must cover the data's labels; found now, not mid-epoch."""
+    net, classes = module.hparams.net, len(datamodule.class_names)
+    if net.get("num_classes", 10) != classes:
+        raise UserError(
+            f"model.net.num_classes={net.get('num_classes', 10)} but the data has {classes} "
+            f"classes: set model.net.num_classes={classes}"
+        )
+
+
+def start_from(ckpt_path: Path | None, module: ImageClassifier, cfg: DictConfig) -> None:
+    """A checkpoint to resume from must be intact, fit this network and carry training state;
+    all checked before any training (and with ``weights_only``, before Lightning reads it)."""
+    if ckpt_path is None:
+        return
+    checkpoint = load_checkpoint(ckpt_path)
+    check_fits(ckpt_path, checkpoint, module.net, plain(cfg.model.net))
+    check_resumable(ckpt_path, checkpoint)
+    log.info("resuming from %s", ckpt_path)
+
+
+def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
+    """Lightning's ``Trainer``; an argument it refuses (say ``+trainer.x`` it does not take)
+    becomes one line."""
+    try:
+        return build(node, _convert_="all", **kwargs)
+    except Exception as err:
+        cause = err.__cause__ or err
+        if isinstance(cause, (MisconfigurationException, TypeError, ValueError)):
+            raise UserError(f"trainer: {summary_line(str(cause))}") from None
+        raise
+
+
+def fit(
+    cfg: DictConfig, run: Run, record: RunRecord, output_dir: Path, ckpt_path: Path | None
+) -> None:
+    """Train as resolved, from ``ckpt_path`` when given (a file ``train`` found)."""
+    if run.seed is not None:
+        pl.seed_everything(run.seed, workers=True, verbose=False)
+    strategy = build_strategy(cfg.strategy, run)
+    datamodule = build_datamodule(cfg.data, run)
+    module = build_module(cfg.model, run)
+    start_from(ckpt_path, module, cfg)
+    check_classes(module, datamodule)
+    callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
+    trainer = build_trainer(
+        cfg.trainer,
+        accelerator=run.accelerator,
+        devices=run.trainer_devices,
+        num_nodes=run.num_nodes,
+        precision=run.precision,
+        strategy=strategy,
+        callbacks=[
+            EpochTimer(),
+            EpochHistory(record),
+            DivergenceGuard(cfg.check_finite_every_n_steps, output_dir / "checkpoints"),
+            HParamsSummary(record),
+            *callbacks,
+        ],
+        plugins=[AtomicCheckpointIO()],
+        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
+        use_distributed_sampler=False,  # the data modules shard for DDP themselves
+        logger=build(cfg.logger) if cfg.get("logger") else False,
+    )
+    sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and to SIGTERM (SIGTERMException)
+        if not trainer.interrupted:
+            raise
+        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        if trainer.fit_loop.done:  # every epoch ran and its checkpoint is written
+            skipped = "the end-of-training work (test figures)"
+            print(after_training_notice(signum.name, skipped), file=sys.stderr)
+            return
+        message = f"interrupted by {signum.name}; {resume_hint(output_dir)}"
+        raise Interrupted(message, exit_code=128 + signum) from None
+    except WriteFailed as err:
+        add_note(err, resume_hint(output_dir))
+        raise
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint_handler)

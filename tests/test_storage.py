@@ -1,0 +1,141 @@
+"""Disks that refuse writes, with real mounts: a read-only run or checkpoint folder is refused
+before training in one line; a disk that fills up mid-run ends it with one line naming the file
+and the cause, nothing half-written left, the previous checkpoint intact and the record saying
+why (or the line saying it could not). Mounting needs root: elsewhere these tests skip."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from conftest import TINY, run_script
+from test_faults import PROBES_ENV, RUN
+
+from multigpu.checkpoint import load_checkpoint
+
+pytestmark = pytest.mark.subprocess
+
+
+def mount(*args: str) -> None:
+    subprocess.run(["mount", *args], check=True, capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def can_mount(tmp_path_factory) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs or a read-only bind mount needs root")
+    probe = tmp_path_factory.mktemp("probe")
+    try:
+        mount("-t", "tmpfs", "-o", "size=1m", "tmpfs", str(probe))
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"this machine cannot mount a tmpfs: {getattr(err, 'stderr', err)}")
+    subprocess.run(["umount", str(probe)], check=True)
+
+
+@contextmanager
+def read_only(folder: Path) -> Iterator[Path]:
+    """``folder``, seen through a read-only bind mount."""
+    view = folder.with_name(folder.name + "_ro")
+    view.mkdir()
+    mount("--bind", str(folder), str(view))
+    try:
+        mount("-o", "remount,ro,bind", str(view))
+        yield view
+    finally:
+        subprocess.run(["umount", str(view)], check=True)
+
+
+@contextmanager
+def small_disk(folder: Path, size: str) -> Iterator[Path]:
+    folder.mkdir()
+    mount("-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder))
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def last_line(result) -> str:
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_read_only_run_folder_is_refused_before_anything(can_mount, tmp_path):
+    (tmp_path / "disk").mkdir()
+    with read_only(tmp_path / "disk") as disk:
+        result = run_script(
+            "train.py", *TINY, "data=synthetic", f"hydra.run.dir={disk}/run", cwd=tmp_path
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert last_line(result) == (
+        f"error: cannot write {disk}/run: Read-only file system (the file system is read-only: "
+        "write elsewhere): pass a writable hydra.run.dir"
+    )
+    assert not list((tmp_path / "disk").iterdir())
+
+
+def test_a_read_only_checkpoint_folder_is_refused_before_training(can_mount, tmp_path):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    with read_only(run_dir / "checkpoints") as checkpoints:
+        result = run_script(
+            "train.py",
+            *TINY,
+            "data=synthetic",
+            f"hydra.run.dir={run_dir}",
+            f"callbacks.checkpoint.dirpath={checkpoints}",
+            cwd=tmp_path,
+        )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    line = last_line(result)
+    assert line == (
+        f"error: cannot write {checkpoints}: Read-only file system (the file system is "
+        "read-only: write elsewhere); nothing was trained: pass a writable hydra.run.dir"
+    )
+    recorded = json.loads((run_dir / "metrics.json").read_text())
+    assert recorded["status"] == "failed" and recorded["reason"] == line[len("error: ") :]
+    assert recorded["epochs"] == 0
+
+
+@pytest.mark.parametrize("free", [200_000, 0], ids=["room_for_the_record", "no_room_at_all"])
+def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
+    """The disk fills when epoch 2 starts: its checkpoint (or already its record) cannot be
+    written. Epoch 1's checkpoint is intact, and the run resumes from it elsewhere."""
+    with small_disk(tmp_path / "disk", "24m") as disk:
+        run_dir = disk / "run"
+        result = run_script(
+            "train.py",
+            *RUN,
+            f"data.root={data_root}",
+            f"hydra.run.dir={run_dir}",
+            "+callbacks.fill._target_=probes.FillDisk",
+            f"+callbacks.fill.path={disk}/filler",
+            "+callbacks.fill.epoch=1",
+            f"+callbacks.fill.free={free}",
+            cwd=tmp_path,
+            env=PROBES_ENV,
+        )
+        last = run_dir / "checkpoints" / "last.ckpt"
+        failed = run_dir / ("checkpoints/last.ckpt" if free else "metrics.json")
+        assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        assert last_line(result) == (
+            f"error: cannot write {failed}: No space left on device (the disk is full: free "
+            f"space, or write elsewhere); resume with ckpt_path={last} (or ckpt_path=latest)"
+        )
+        assert not list(run_dir.rglob("*.partial"))
+        assert load_checkpoint(last)["epoch"] == 0  # epoch 1's, intact and verified
+        recorded = json.loads((run_dir / "metrics.json").read_text())
+        if free:
+            assert recorded["status"] == "failed"
+            assert recorded["reason"] == last_line(result)[len("error: ") :]
+        else:  # it could not be written: it still holds epoch 1, and the line named it
+            assert recorded["status"] == "running" and recorded["epochs"] == 1
+        (disk / "filler").unlink()
+        resumed = run_script(
+            "train.py", *RUN, f"data.root={data_root}", f"ckpt_path={last}", cwd=tmp_path
+        )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
