@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -182,3 +183,19 @@ class FillDisk(Callback):
         with open(self.path, "wb") as filler:
             while size > 0:
                 size -= filler.write(bytes(min(size, 1 << 20)))
+
+
+class BatchDevice(Callback):
+    """Writes the devices the training batches arrived on (a JSON list) when training ends."""
+
+    def __init__(self, path: str):
+        self.path, self.devices = path, set()
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.devices.add(str(batch[0].device))
+
+    @override
+    def on_train_end(self, trainer, pl_module) -> None:
+        with open(self.path, "w") as f:
+            json.dump(sorted(self.devices), f)

@@ -9,6 +9,7 @@ the entry points import it before anything heavy.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -67,14 +68,19 @@ def atomic_file(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
             os.fsync(file.fileno())
         os.replace(partial, path)
     except OSError as error:
-        partial.unlink(missing_ok=True)
+        discard(partial)
         if is_write_error(error, partial):
             raise write_failed(path, error) from None
         raise
     except BaseException:
-        partial.unlink(missing_ok=True)
+        discard(partial)
         raise
     sync_folder(path.parent)
+
+
+def discard(partial: Path) -> None:
+    with contextlib.suppress(OSError):  # never there, or on a disk that refuses even this
+        partial.unlink(missing_ok=True)
 
 
 def check_creatable(folder: str | Path) -> None:

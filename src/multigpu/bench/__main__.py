@@ -204,9 +204,11 @@ def epoch_result(run_dir: Path, result: Path) -> None:
     last = metrics["history"][-1]
     summary = {
         "epoch_s": last["epoch_s"],
+        "epoch_s_each": [round(h["epoch_s"], 3) for h in metrics["history"]],
         "images_per_s": last["samples_per_s"],
         "test_acc": last["test_acc"],
         "epochs": metrics["epochs"],
+        "peak_gpu_mb": last.get("peak_gpu_mb"),
     }
     write_json(result, summary)
 

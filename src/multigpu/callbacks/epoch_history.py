@@ -17,6 +17,7 @@ EPOCH_KEYS = {
     "lr": "train/lr",
     "epoch_s": "time/epoch_s",
     "samples_per_s": "throughput/samples_per_s",
+    "peak_gpu_mb": "memory/peak_gpu_mb",
 }
 
 

@@ -16,7 +16,8 @@ def _synchronize(device: torch.device) -> None:
 
 
 class EpochTimer(Callback):
-    """Logs ``time/epoch_s`` and ``throughput/samples_per_s`` (global samples, all processes).
+    """Logs ``time/epoch_s`` and ``throughput/samples_per_s`` (global samples, all processes),
+    and on CUDA ``memory/peak_gpu_mb``.
 
     The clock pauses while the test set is evaluated inside the epoch.
     """
@@ -67,3 +68,7 @@ class EpochTimer(Callback):
         self.samples_per_s.append(rate)
         pl_module.log("time/epoch_s", self._elapsed, on_epoch=True, rank_zero_only=True)
         pl_module.log("throughput/samples_per_s", rate, on_epoch=True, rank_zero_only=True)
+        device = trainer.strategy.root_device
+        if device.type == "cuda":  # the most this process's tensors have held so far
+            peak = torch.cuda.max_memory_allocated(device) / 2**20
+            pl_module.log("memory/peak_gpu_mb", peak, on_epoch=True, rank_zero_only=True)

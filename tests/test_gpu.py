@@ -1,0 +1,149 @@
+"""The CUDA paths, on one GPU: every strategy trains in fp32 and bf16-mixed (scatter_allreduce
+with two replicas on the same GPU, ``trainer.devices=[0,0]``; DDP with one NCCL process), two
+replicas equal one device, the in-memory pipeline keeps its data on the GPU and gives the
+torchvision pipeline's result, channels_last and compile run under every strategy, and a
+checkpoint written on CUDA gives the same accuracy on the CPU. Skipped without CUDA;
+``python -m multigpu.acceptance`` runs them where there is one."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import compose_config, run_script
+
+from multigpu.checkpoint import load_checkpoint, network_state
+from multigpu.training import train
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason="needs a CUDA GPU: python -m multigpu.acceptance runs these on one",
+    ),
+]
+
+STRATEGIES = {
+    "single": ["strategy=single"],
+    "dp": ["strategy=dp", "trainer.devices=1"],
+    "scatter_allreduce": ["strategy=scatter_allreduce", "trainer.devices=[0,0]"],
+    "ddp": ["strategy=ddp", "trainer.devices=1"],
+}
+ON_GPU = [
+    "model.net.width=8",
+    "trainer.max_epochs=1",
+    "trainer.accelerator=gpu",
+    "data.batch_size=64",
+    "callbacks.progress_bar=null",
+]
+SMALL = [*ON_GPU, "data=synthetic", "data.num_train=256", "data.num_test=64"]
+# The same optimisation, step for step, on the full batch or split (test_strategies' recipe).
+SYNTHETIC = ["data=synthetic", "data.num_train=80", "data.num_test=32"]
+EXACT = [
+    "data.batch_size=32",
+    "data.shuffle=false",
+    "data.num_workers=0",
+    "model.net.width=4",
+    "model.net.norm=none",
+    "model.net.init_std=null",
+    "model.optimizer.lr=0.05",
+    "model.optimizer.momentum=0.9",
+    "trainer.accelerator=gpu",
+    "trainer.max_epochs=1",
+    "+trainer.deterministic=true",
+    "callbacks.progress_bar=null",
+]
+
+
+@pytest.fixture(autouse=True)
+def exact_float32():
+    """No TF32: CUDA's float32 then differs from itself only by summation order."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def run_on_gpu(tmp_path, *overrides: str) -> dict:
+    result = run_script("train.py", *overrides, f"hydra.run.dir={tmp_path}", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads((tmp_path / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_every_strategy_trains_on_cuda(strategy, precision, tmp_path):
+    recorded = run_on_gpu(tmp_path, *SMALL, *STRATEGIES[strategy], f"trainer.precision={precision}")
+    run = recorded["run"]
+    assert recorded["status"] == "completed" and run["accelerator"] == "cuda"
+    assert run["precision"] == precision and recorded["train_loss"] == recorded["train_loss"]
+    weights = network_state(load_checkpoint(tmp_path / "checkpoints" / "last.ckpt"))
+    assert all(torch.isfinite(w.float()).all() for w in weights.values())
+
+
+def final_weights(tmp_path, name: str, *overrides: str) -> dict[str, torch.Tensor]:
+    """In this process (so the TF32 setting holds), ``EXACT`` plus ``overrides``."""
+    out = tmp_path / name
+    assert train(compose_config([*EXACT, *overrides], out))["status"] == "completed"
+    return network_state(load_checkpoint(out / "checkpoints" / "last.ckpt"))
+
+
+def test_two_replicas_on_one_gpu_equal_one_device(tmp_path):
+    """Tolerance: float32 without TF32 and with deterministic kernels, so the two runs differ
+    only in how the batch's gradient is summed (one convolution over 32 samples, or two over 16
+    then an add): relative differences of about 1e-6 per step, over 3 steps with momentum."""
+    single = final_weights(tmp_path, "single", *SYNTHETIC, "strategy=single")
+    two = ["strategy=scatter_allreduce", "trainer.devices=[0,0]"]
+    split = final_weights(tmp_path, "split", *SYNTHETIC, *two)
+    for name, expected in single.items():
+        torch.testing.assert_close(split[name], expected, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_memory_pipeline_keeps_its_data_on_the_gpu(tmp_path, data_root):
+    probe = tmp_path / "devices.json"
+    real = [f"data.root={data_root}", "data.train_subset=512", "data.test_subset=128"]
+    memory = final_weights(
+        tmp_path,
+        "memory",
+        *real,
+        "data.pipeline=memory",
+        "+callbacks.probe._target_=probes.BatchDevice",
+        f"+callbacks.probe.path={probe}",
+    )
+    assert set(json.loads(probe.read_text())) == {"cuda:0"}
+    reference = final_weights(tmp_path, "torchvision", *real, "data.pipeline=torchvision")
+    for name, expected in reference.items():
+        torch.testing.assert_close(memory[name], expected, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_channels_last_and_compile_under_every_strategy(strategy, tmp_path):
+    recorded = run_on_gpu(
+        tmp_path,
+        *SMALL,
+        *STRATEGIES[strategy],
+        "model.channels_last=true",
+        "model.compile=true",
+        "trainer.precision=bf16-mixed",
+    )
+    assert recorded["status"] == "completed" and recorded["epochs"] == 1
+
+
+def test_a_cuda_checkpoint_evaluates_alike_on_the_cpu(tmp_path, data_root):
+    data = [f"data.root={data_root}", "data.test_subset=512"]
+    recorded = run_on_gpu(tmp_path, *ON_GPU, *data, "data.train_subset=1024")
+    checkpoint = tmp_path / "checkpoints" / "last.ckpt"
+    accuracy = {}
+    for accelerator in ("gpu", "cpu"):
+        result = run_script(
+            "eval.py",
+            f"ckpt_path={checkpoint}",
+            f"trainer.accelerator={accelerator}",
+            *data,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        accuracy[accelerator] = json.loads(result.stdout.strip().splitlines()[-1])["test_acc"]
+    assert accuracy["cpu"] == pytest.approx(accuracy["gpu"], abs=2 / 512)  # a flip or two
+    assert accuracy["gpu"] == pytest.approx(recorded["test_acc"], abs=2 / 512)
