@@ -3,9 +3,11 @@
 import hydra
 from omegaconf import DictConfig
 
-from multigpu.cli import report_user_errors
+from multigpu.cli import register_resolvers, report_user_errors
 from multigpu.sweep import keep_sweeping
 from multigpu.training import train  # torch-free until the config is checked
+
+register_resolvers()  # ${run_name:}, for hydra.run.dir
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

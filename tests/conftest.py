@@ -30,6 +30,9 @@ TINY = [
 def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
     """The config ``train.py`` would see, with Hydra's choices but without its runtime (so
     ``output_dir`` is given)."""
+    from multigpu.cli import register_resolvers
+
+    register_resolvers()
     extra = [f"paths.output_dir={output_dir}"] if output_dir is not None else []
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[*overrides, *extra], return_hydra_config=True)

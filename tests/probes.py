@@ -199,3 +199,35 @@ class BatchDevice(Callback):
     def on_train_end(self, trainer, pl_module) -> None:
         with open(self.path, "w") as f:
             json.dump(sorted(self.devices), f)
+
+
+class DieOnFirstAttempt(Callback):
+    """Rank ``rank`` dies (``os._exit``, as a crash would) when epoch ``epoch`` starts, on
+    torchrun's first attempt only: the restarted run goes on."""
+
+    def __init__(self, rank: int, epoch: int):
+        self.rank, self.epoch = rank, epoch
+
+    @override
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        here = trainer.global_rank == self.rank and trainer.current_epoch == self.epoch
+        if here and restarts == "0":
+            os._exit(1)
+
+
+class RankBatch(Callback):
+    """Each process writes ``rank<global rank>.json`` into ``folder``: its rank, the world size
+    and the size of its first training batch."""
+
+    def __init__(self, folder: str):
+        self.folder, self.done = folder, False
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if self.done:
+            return
+        self.done = True
+        found = {"rank": trainer.global_rank, "world": trainer.world_size, "batch": len(batch[1])}
+        with open(os.path.join(self.folder, f"rank{trainer.global_rank}.json"), "w") as f:
+            json.dump(found, f)

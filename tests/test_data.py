@@ -5,6 +5,8 @@ from __future__ import annotations
 import gzip
 import shutil
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -122,3 +124,21 @@ def test_malformed_idx_files_name_the_file(tmp_path, shared_data, name, payload,
     with pytest.raises(UserError, match=message) as err:
         FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
     assert str(raw / name) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_processes_preparing_one_fresh_folder_at_once_all_succeed(tmp_path, shared_data):
+    """As the nodes of a multi-node run do on a shared data.root: each unpacks into a file of its
+    own and renames it into place; whichever rename comes last, the files are whole."""
+    script = (
+        "import sys; from multigpu.data import FashionMNISTDataModule as D; "
+        "D(root=sys.argv[1], source=sys.argv[2], download=False).prepare_data()"
+    )
+    command = [sys.executable, "-c", script, str(tmp_path), str(shared_data)]
+    processes = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for process in processes:
+        assert process.wait(timeout=300) == 0, process.stderr.read()
+    raw = tmp_path / "FashionMNIST" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == sorted(ALL_RAW_FILES)  # no .partial left
+    for name in ALL_RAW_FILES:
+        with gzip.open(shared_data / "FashionMNIST" / "raw" / f"{name}.gz") as f:
+            assert (raw / name).read_bytes() == f.read()

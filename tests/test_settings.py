@@ -78,19 +78,19 @@ def test_gpu_ids_must_exist(tmp_path):
         resolve_on(cfg, cuda_devices=2)
 
 
+TORCHRUN_2 = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
+TORCHRUN_2 |= {"WORLD_SIZE": "2"}
+SRUN_2 = {"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0"}
+
+
 @pytest.mark.parametrize(
     "environ,multirun,start_method,launcher",
     [
         ({}, False, "auto", "popen"),
         ({}, True, "auto", "spawn"),
         ({}, False, "spawn", "spawn"),
-        (
-            {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"},
-            True,
-            "auto",
-            "cluster",
-        ),
-        ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train"}, True, "spawn", "cluster"),
+        (TORCHRUN_2, True, "auto", "cluster"),
+        ({**SRUN_2, "SLURM_NTASKS_PER_NODE": "2"}, True, "spawn", "cluster"),
         ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "bash"}, False, "auto", "popen"),
     ],
     ids=["plain", "multirun", "ddp_spawn", "torchrun", "srun", "salloc-shell"],
@@ -100,6 +100,41 @@ def test_who_starts_ddp_processes(environ, multirun, start_method, launcher, tmp
     run = resolve_on(compose_config(overrides, tmp_path), environ=environ, multirun=multirun)
     assert run.launcher == launcher
     assert run.start_method == ("spawn" if launcher == "spawn" else "popen")
+
+
+@pytest.mark.parametrize(
+    "environ,overrides,message",
+    [
+        (SRUN_2, ["strategy=ddp", "trainer.devices=2"], "SLURM started 2 tasks without "
+         "--ntasks-per-node: Lightning places one process per device on each node from it: use "
+         "#SBATCH --nodes=1 --ntasks-per-node=2"),
+        ({**SRUN_2, "SLURM_NTASKS_PER_NODE": "2"}, ["strategy=ddp", "trainer.devices=4"],
+         "the launcher started 2 processes (2 per node), but trainer.devices=4 x "
+         "trainer.num_nodes=1 asks for 4: use #SBATCH --nodes=1 --ntasks-per-node=4"),
+        (TORCHRUN_2, ["strategy=ddp", "trainer.devices=2", "trainer.num_nodes=2"],
+         "asks for 4: use torchrun --nproc_per_node=2 --nnodes=2"),
+        (TORCHRUN_2, ["strategy=scatter_allreduce", "trainer.devices=2"],
+         "the launcher started 2 processes, but this strategy runs in one: use strategy=ddp"),
+    ],
+    ids=["srun-n2", "srun-fewer-tasks", "torchrun-one-node", "torchrun-in-process"],
+)  # fmt: skip
+def test_a_launcher_that_started_other_processes_is_named(environ, overrides, message, tmp_path):
+    cfg = compose_config(["trainer.accelerator=cpu", *overrides], tmp_path)
+    with pytest.raises(UserError, match=re.escape(message)):
+        resolve_on(cfg, cpu_cores=8, environ=environ)
+
+
+def test_every_process_of_a_cluster_run_names_its_folder_alike():
+    from multigpu.launch import run_name
+
+    slurm = {**SRUN_2, "SLURM_JOB_ID": "41", "SLURM_STEP_ID": "0"}
+    assert run_name(slurm) == run_name({**slurm, "SLURM_PROCID": "1"}) == "slurm-41.0"
+    array = {**slurm, "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "3"}
+    assert run_name(array) == "slurm-40_3.0"
+    torchrun = {**TORCHRUN_2, "TORCHELASTIC_RUN_ID": "abc"}
+    assert run_name(torchrun) == run_name({**torchrun, "RANK": "1"}) == "torchrun-abc"
+    alone = run_name({})
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d\.\d{6}", alone)
 
 
 def test_batch_and_lr_follow_the_devices_and_nodes(tmp_path):

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import CONF, TINY, compose_config, resolve_on, run_script
+from conftest import CONF, REPO, TINY, compose_config, resolve_on, run_script
 from hydra import compose, initialize_config_dir
+
+from multigpu.cli import register_resolvers
 
 pytestmark = pytest.mark.subprocess
 
@@ -152,12 +154,14 @@ def test_d2l_scaling_pairs_batch_and_lr_with_devices(tmp_path):
 
 
 def test_optuna_and_slurm_configs_compose():
+    register_resolvers()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(
             "config",
             overrides=[
                 "hparams_search=optuna",
                 "hydra/launcher=slurm",
+                "strategy=ddp",  # one task per device (other strategies: one task)
                 "trainer.devices=4",
                 "trainer.num_nodes=2",
                 "paths.output_dir=.",
@@ -286,3 +290,58 @@ def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
     assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["completed"] * 2
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
+
+
+def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
+    """Killed in job 1's second epoch, then run again with the same command: job 0, finished,
+    is skipped (its record and TensorBoard run untouched); job 1 goes on from its checkpoint."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(REPO / "train.py"), "-m", *TINY, "data=synthetic"]
+    command += ["data.num_train=128", "data.num_test=32", "data.batch_size=32"]
+    command += ["trainer.max_epochs=2", "model.optimizer.lr=0.1,0.2", f"hydra.sweep.dir={sweep}"]
+    command += ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    command += ["+callbacks.slow.seconds=1"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
+    env.pop("HYDRA_FULL_ERROR", None)
+    sweep_process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    while not (sweep / "1" / "checkpoints" / "last.ckpt").is_file():
+        assert sweep_process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    sweep_process.terminate()
+    assert sweep_process.wait(timeout=60) == 143, sweep_process.stderr.read()[-3000:]
+    first = (sweep / "0" / "metrics.json").read_text()
+    assert json.loads(first)["status"] == "completed"
+    assert json.loads((sweep / "1" / "metrics.json").read_text())["status"] == "interrupted"
+
+    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr[-3000:]
+    said = again.stdout + again.stderr
+    assert f"this job already ran to the end in {sweep / '0'} (completed): skipped" in said
+    assert f"continuing this job from its own checkpoint {sweep / '1'}" in said
+    assert (sweep / "0" / "metrics.json").read_text() == first
+    assert len(list((sweep / "0").glob("events.out.tfevents.*"))) == 1
+    resumed = json.loads((sweep / "1" / "metrics.json").read_text())
+    assert resumed["status"] == "completed" and [h["epoch"] for h in resumed["history"]] == [0, 1]
+    assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
+
+
+def test_a_sweep_run_again_with_other_settings_leaves_the_old_jobs_alone(tmp_path):
+    base = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    first = run_script("train.py", "-m", *base, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    recorded = (tmp_path / "0" / "metrics.json").read_text()
+    other = run_script(
+        "train.py",
+        "-m",
+        *base,
+        "model.optimizer.lr=0.3",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert other.returncode == 2  # the whole sweep stops: its folder is another sweep's
+    last = other.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"error: {tmp_path / '0'} holds a job with other settings")
+    assert (tmp_path / "0" / "metrics.json").read_text() == recorded

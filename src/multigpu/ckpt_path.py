@@ -12,12 +12,11 @@ LAST = "last.ckpt"  # after every finished epoch (callbacks.LastCheckpoint)
 PREVIOUS = "previous.ckpt"  # the one before it, kept for when last.ckpt is damaged
 
 
-def latest_checkpoint(runs_dir: str | Path, exclude: str | Path | None = None) -> Path:
-    """The most recently written ``checkpoints/last.ckpt`` under ``runs_dir`` (sweeps included)."""
+def latest_checkpoint(runs_dir: str | Path) -> Path:
+    """The most recently written ``checkpoints/last.ckpt`` under ``runs_dir`` (sweeps included,
+    and the run's own folder: a restarted run finds its own)."""
     runs_dir = Path(runs_dir)
     found = [p for p in runs_dir.glob(f"**/checkpoints/{LAST}") if p.is_file()]
-    if exclude is not None:
-        found = [p for p in found if Path(exclude).resolve() not in p.resolve().parents]
     if not found:
         raise UserError(
             f"ckpt_path=latest found no checkpoints/{LAST} under {runs_dir}/: "
@@ -45,12 +44,10 @@ def checkpoint_file(ckpt_path: str | Path) -> Path:
     return path
 
 
-def resolve_ckpt_path(
-    ckpt_path: str | None, runs_dir: str | Path, output_dir: str | Path
-) -> Path | None:
-    """The checkpoint file a run resumes from, if any (``latest``: not the run's own folder)."""
+def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path) -> Path | None:
+    """The checkpoint file a run resumes from, if any."""
     if ckpt_path is None:
         return None
     if str(ckpt_path) == LATEST:
-        return latest_checkpoint(runs_dir, exclude=output_dir)
+        return latest_checkpoint(runs_dir)
     return checkpoint_file(ckpt_path)

@@ -13,11 +13,29 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from multigpu.atomic import check_creatable
 from multigpu.errors import RunStopped, UserError, WriteFailed, message
+from multigpu.launch import run_name
 from multigpu.outcome import outcome_of
+from multigpu.settings import slurm_gpus_per_node, slurm_tasks_per_node
+
+# ${name:...} in the configs, and whether each is resolved once per process: the run's name
+# must not change, but the SLURM resources differ from job to job of a sweep (and OmegaConf's
+# cache, which Hydra copies from the sweep's config to each job's, keys on the arguments' text).
+RESOLVERS = {
+    "run_name": (run_name, True),  # hydra.run.dir
+    "slurm_tasks_per_node": (slurm_tasks_per_node, False),  # hydra/launcher/slurm.yaml
+    "slurm_gpus_per_node": (slurm_gpus_per_node, False),
+}
+
+
+def register_resolvers() -> None:
+    """Before Hydra composes the config."""
+    for name, (function, once) in RESOLVERS.items():
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, function, use_cache=once)
 
 
 def hydra_runtime(cfg: DictConfig) -> tuple[dict[str, str], bool]:

@@ -15,6 +15,10 @@ class UserError(Exception):
     exit_code = 2
 
 
+class OccupiedFolder(UserError):
+    """The run's folder holds the record of another job, which is left as it is."""
+
+
 class RunStopped(Exception):
     """Training stopped early for a reason the run records (``metrics.json`` ``status``)."""
 

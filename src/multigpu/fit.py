@@ -5,6 +5,7 @@ imports torch and Lightning."""
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+from lightning_fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.strategies import Strategy
@@ -25,6 +27,7 @@ from multigpu.checkpoint_io import AtomicCheckpointIO
 from multigpu.ckpt_path import LAST
 from multigpu.errors import Interrupted, UserError, WriteFailed, add_note
 from multigpu.interrupts import after_training_notice
+from multigpu.launch import requeue_on_warning, slurm_started
 from multigpu.module import ImageClassifier
 from multigpu.outcome import summary_line
 from multigpu.record import RunRecord
@@ -100,6 +103,17 @@ def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
         raise
 
 
+def plugins(run: Run) -> list[Any]:
+    """Atomic checkpoint files; under SLURM, Lightning's SLURM environment without its own
+    requeue on the warning signal (which saves a mid-epoch checkpoint): requeueing is ours,
+    and a requeued job resumes from its last epoch's checkpoint, as any restart does."""
+    found: list[Any] = [AtomicCheckpointIO()]
+    if run.launcher == "cluster" and slurm_started(os.environ):
+        found.append(SLURMEnvironment(auto_requeue=False))
+        requeue_on_warning(os.environ)
+    return found
+
+
 def fit(
     cfg: DictConfig, run: Run, record: RunRecord, output_dir: Path, ckpt_path: Path | None
 ) -> None:
@@ -126,7 +140,7 @@ def fit(
             HParamsSummary(record),
             *callbacks,
         ],
-        plugins=[AtomicCheckpointIO()],
+        plugins=plugins(run),
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
         logger=build(cfg.logger) if cfg.get("logger") else False,

@@ -38,7 +38,9 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def summarize(history: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]:
+def summarize(
+    history: list[dict[str, Any]], run: dict[str, Any], config: str | None = None
+) -> dict[str, Any]:
     """Final metrics from the per-epoch history (status ``running`` until the run ends)."""
     tested = [h for h in history if h.get("test_acc") is not None]
     best = max(tested, key=lambda h: h["test_acc"], default=None)
@@ -57,6 +59,7 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, A
         "samples_per_s": _median([h["samples_per_s"] for h in history if h.get("samples_per_s")]),
         "epochs": len(history),
         "run": run,
+        "config": config,
         "history": history,
     }
 
@@ -67,12 +70,13 @@ class RunRecord:
     def __init__(self, path: str | Path, run: dict[str, Any]):
         self.path = Path(path)
         self.run = run
+        self.config: str | None = None  # the config's digest: what makes a rerun the same job
         self.history: list[dict[str, Any]] = []
 
     @property
     def current(self) -> dict[str, Any]:
         """The summary as it stands now."""
-        return summarize(self.history, self.run)
+        return summarize(self.history, self.run, self.config)
 
     def set_history(self, history: list[dict[str, Any]]) -> None:
         self.history = list(history)

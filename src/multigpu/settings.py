@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.errors import UserError
+from multigpu.launch import check_world, cluster_started
 from multigpu.names import (
     CPU_PRECISIONS,
     CUDA_PRECISIONS,
@@ -41,8 +42,6 @@ PLACEMENTS = {
     "ddp": PER_DEVICE,
     "ddp_spawn": PER_DEVICE,
 }
-# torchrun sets these for every worker (Lightning 2.6's TorchElasticEnvironment.detect).
-TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 # Without any of these, no GPU driver is loaded, so torch would see no GPU either.
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
 MAX_SEED = 2**32 - 1  # what seed_everything accepts
@@ -178,7 +177,9 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         device_ids=tuple(ids),
         num_nodes=num_nodes,
         processes=processes,
-        launcher=launcher(placement, strategy_cfg.get("start_method", "auto"), machine),
+        launcher=launcher(
+            placement, strategy_cfg.get("start_method", "auto"), machine, ids, num_nodes
+        ),
         batch_size=batch_size,
         process_batch_size=batch_size // processes,
         lr=scaled_lr(plain(cfg.model), batch_size),
@@ -189,6 +190,20 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         seed=cfg.get("seed"),
         data=choices.get("data", "?"),
     )
+
+
+# What a SLURM job asks for, from the same settings ---------------------------------------------
+def slurm_tasks_per_node(strategy: str, devices: Any) -> int:
+    """One task per device under DDP, else one (the strategy drives its devices itself)."""
+    per_device = PLACEMENTS.get(strategy) == PER_DEVICE
+    return len(parse_devices(plain(devices), cuda_devices=0)) if per_device else 1
+
+
+def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    """GPUs only for a GPU run: a CPU partition refuses any request for them."""
+    if accelerator not in ("gpu", "cuda"):
+        return None
+    return len(parse_devices(plain(devices), cuda_devices=0))
 
 
 # Values that stand alone -----------------------------------------------------------------------
@@ -366,10 +381,14 @@ def check_split_weights(weights: Any, devices: int) -> None:
         raise UserError(f"strategy.split_weights={weights} sum to 0: give some device a share")
 
 
-def launcher(placement: str, start_method: str, machine: Machine) -> str:
+def launcher(
+    placement: str, start_method: str, machine: Machine, ids: list[int], num_nodes: int
+) -> str:
     """Who starts DDP's processes: a cluster that already started one per device (torchrun,
     SLURM's srun, a submitit job), spawned workers inside a multirun (relaunching train.py would
-    re-run the whole sweep in every child), else Lightning relaunching ``train.py`` (popen)."""
+    re-run the whole sweep in every child), else Lightning relaunching ``train.py`` (popen).
+    What a cluster started must be what the config asks for."""
+    check_world(machine.environ, len(ids), num_nodes, per_device=placement == PER_DEVICE)
     if placement != PER_DEVICE:
         return "none"
     if start_method not in START_METHODS:
@@ -381,15 +400,6 @@ def launcher(placement: str, start_method: str, machine: Machine) -> str:
     if start_method == "spawn" or (start_method == "auto" and machine.multirun):
         return "spawn"
     return "popen"
-
-
-def cluster_started(environ: Mapping[str, str]) -> bool:
-    """torchrun, or SLURM's srun outside an interactive allocation, started this process as one
-    of many (as Lightning 2.6's TorchElasticEnvironment and SLURMEnvironment detect them)."""
-    if all(name in environ for name in TORCHRUN_VARIABLES):
-        return True
-    interactive = environ.get("SLURM_JOB_NAME") in ("bash", "interactive")
-    return "SLURM_NTASKS" in environ and not interactive
 
 
 # Batch and learning rate ------------------------------------------------------------------------

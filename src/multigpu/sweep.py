@@ -15,7 +15,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from multigpu.cli import hydra_runtime
-from multigpu.errors import Interrupted, RunStopped, UserError
+from multigpu.errors import Interrupted, OccupiedFolder, RunStopped, UserError
 from multigpu.outcome import outcome_of
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], Any]:
     """In a multirun, an exception ends the job (``train`` has recorded how in the job's
     ``metrics.json``), not the sweep; outside one, it propagates. Ctrl-C and SIGTERM end the
-    sweep too."""
+    sweep, and so does a sweep folder that holds jobs of other settings."""
 
     @functools.wraps(main)
     def wrapper(cfg: DictConfig) -> Any:
@@ -32,7 +32,7 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
             return main(cfg)
         try:
             return main(cfg)
-        except Interrupted:
+        except (Interrupted, OccupiedFolder):  # Ctrl-C, or a sweep folder holding other jobs
             raise
         except Exception as err:
             if not isinstance(err, (UserError, RunStopped)):  # a bug: keep the traceback in the log

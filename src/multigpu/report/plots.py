@@ -74,7 +74,8 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     right.set(xlabel="devices", ylabel="speedup vs 1 device", title="Speedup")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
         ax.set_xticks(range(1, top + 1))
     fig.tight_layout()
     save(fig, path)

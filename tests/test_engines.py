@@ -1,0 +1,263 @@
+"""Real engines: jobs on a single-node Slurm cluster (``scripts/slurm_cluster.sh start``, which
+``.ci/run`` runs) and torchrun on localhost. One folder per run whoever launches it, the
+processes the config asks for, requeues and elastic restarts that continue from the last
+checkpoint, a sweep through Hydra's SLURM launcher, and a job SLURM will never start.
+
+Without a Slurm cluster or torchrun these skip and say so; where ``MULTIGPU_REQUIRE_ENGINES=1``
+(``.ci/run``) they fail instead."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, SHARED_DATA, TINY
+
+from multigpu.checkpoint import load_checkpoint, network_state
+
+pytestmark = [pytest.mark.subprocess, pytest.mark.distributed]
+
+TESTS = Path(__file__).resolve().parent
+# 3 epochs of 2 DDP processes at width 4 on real data, a batch of 128 for each.
+DDP = [
+    *TINY,
+    "strategy=ddp",
+    "trainer.devices=2",
+    "trainer.max_epochs=3",
+    "data.train_subset=1024",
+    "data.test_subset=256",
+    "data.batch_size=256",
+]
+
+
+def engine_missing(reason: str) -> None:
+    if os.environ.get("MULTIGPU_REQUIRE_ENGINES") == "1":
+        pytest.fail(f"{reason}, and MULTIGPU_REQUIRE_ENGINES=1 asks for it")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    if shutil.which("sbatch") is None:
+        engine_missing("no Slurm here: scripts/slurm_cluster.sh start (as root) installs one")
+    answer = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
+    if answer.returncode != 0 or not answer.stdout.strip():
+        engine_missing("the Slurm cluster does not answer: scripts/slurm_cluster.sh start")
+
+
+def environment(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **extra}
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    env.pop("HYDRA_FULL_ERROR", None)
+    return env
+
+
+def sbatch(script: str, cwd: Path) -> str:
+    """Submit a batch script; return the job id."""
+    path = cwd / "job.sh"
+    path.write_text(script)
+    out = subprocess.run(
+        ["sbatch", "--parsable", f"--output={cwd}/job.out", str(path)],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip().split(";")[0]
+
+
+def state(job: str) -> tuple[str, str]:
+    """(state, reason) while SLURM lists the job, else ("", "")."""
+    out = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T %r"], capture_output=True, text=True)
+    return tuple((out.stdout.strip().split(maxsplit=1) + ["", ""])[:2])
+
+
+def wait_for(job: str, timeout: float = 300) -> None:
+    """Until the job has left the queue; a requeued job held until later starts at once."""
+    deadline = time.monotonic() + timeout
+    while (current := state(job))[0]:
+        assert time.monotonic() < deadline, f"job {job} still {current}"
+        if current == ("PENDING", "BeginTime"):  # SLURM holds a requeued job for a while
+            subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
+        time.sleep(1)
+
+
+def batch_script(overrides: list[str]) -> str:
+    """The README's batch script, with this environment's Python and these overrides."""
+    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem=4G", "--requeue"]
+    options += ["--signal=USR1@90", "--open-mode=append"]
+    lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options)]
+    lines.append(f"srun {sys.executable} {REPO / 'train.py'} {' '.join(overrides)}")
+    return "\n".join(lines) + "\n"
+
+
+def metrics(run_dir: Path) -> dict:
+    return json.loads((run_dir / "metrics.json").read_text())
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return network_state(load_checkpoint(run_dir / "checkpoints" / "last.ckpt"))
+
+
+def test_sbatch_and_srun_give_one_folder_and_two_ranks(slurm, tmp_path, data_root):
+    probe = ["+callbacks.probe._target_=probes.RankBatch", f"+callbacks.probe.folder={tmp_path}"]
+    job = sbatch(
+        batch_script([*DDP, "trainer.max_epochs=1", f"data.root={data_root}", *probe]), tmp_path
+    )
+    wait_for(job)
+    (run_dir,) = (tmp_path / "outputs").iterdir()  # no hydra.run.dir, and still one folder
+    assert run_dir.name == f"slurm-{job}.0", (tmp_path / "job.out").read_text()[-3000:]
+    recorded = metrics(run_dir)
+    assert recorded["status"] == "completed" and recorded["run"]["launcher"] == "cluster"
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks == [{"rank": r, "world": 2, "batch": 128} for r in (0, 1)]  # half each
+
+
+def test_tasks_that_do_not_match_the_devices_are_named(slurm, tmp_path):
+    """``--ntasks=2`` without ``--ntasks-per-node``: one line saying what to write instead."""
+    script = batch_script([*TINY, "data=synthetic", "strategy=ddp", "trainer.devices=2"])
+    job = sbatch(script.replace("--ntasks-per-node=2", "--ntasks=2"), tmp_path)
+    wait_for(job)
+    log = (tmp_path / "job.out").read_text()
+    assert "error: SLURM started 2 tasks without --ntasks-per-node: Lightning places one " in log
+    assert "use #SBATCH --nodes=1 --ntasks-per-node=2" in log and "Traceback" not in log
+
+
+def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root):
+    """SLURM's warning signal (what --signal=USR1@90 sends before a time limit) requeues the
+    job; it stops, starts again in the same folder and goes on from epoch 1's checkpoint."""
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    overrides = [*DDP, f"data.root={data_root}", *slow, "+callbacks.slow.seconds=1"]
+    job = sbatch(batch_script(overrides), tmp_path)
+    run_dir = tmp_path / "outputs" / f"slurm-{job}.0"
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        assert state(job)[0] and time.monotonic() < deadline, (tmp_path / "job.out").read_text()
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--signal=USR1", job], check=True)
+    wait_for(job)
+    log = (tmp_path / "job.out").read_text()
+    assert f"SLURM's warning signal: requeueing job {job}" in log
+    assert "continuing this job from its own checkpoint" in log, log[-3000:]
+    recorded = metrics(run_dir)
+    assert recorded["status"] == "completed"
+    assert [h["epoch"] for h in recorded["history"]] == [0, 1, 2]  # none twice, none missing
+    shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
+    assert "Restarts=1" in shown.stdout
+
+
+def read_summary(sweep: Path) -> list[dict[str, str]]:
+    with open(sweep / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
+    """The launcher config as shipped, plus the partition: one task, then two."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+        + ["hydra.launcher.partition=cpu", *DDP, "trainer.max_epochs=1", "trainer.devices=1,2"]
+        + [f"data.root={data_root}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_summary(tmp_path / "sweep")
+    assert [(r["devices"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
+    assert "Bypassing sacct" not in result.stdout + result.stderr
+
+
+def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
+    """Partition "short" allows 1 minute; the job asks for 120: it would wait forever."""
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+        + ["hydra.launcher.partition=short", "hydra.launcher.unschedulable_after_s=3"]
+        + [*TINY, "data=synthetic", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 1 and time.monotonic() - started < 120
+    assert "cannot start (PartitionTimeLimit): cancelled" in result.stderr
+    (row,) = read_summary(tmp_path / "sweep")
+    assert row["status"] == "failed" and "PartitionTimeLimit" in row["reason"]
+
+
+def torchrun(launcher: list[str], overrides: list[str], cwd: Path) -> subprocess.Popen:
+    """``torchrun <launcher> train.py <overrides>`` in ``cwd``."""
+    command = [sys.executable, "-m", "torch.distributed.run", *launcher, str(REPO / "train.py")]
+    return subprocess.Popen(
+        [*command, *overrides],
+        cwd=cwd,
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> str:
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
+    """``--standalone`` makes one folder; after a worker dies, the elastic restart continues
+    from the last checkpoint and ends with the weights of a run that was never interrupted."""
+    if shutil.which("torchrun") is None:
+        engine_missing("no torchrun (it comes with torch)")
+    common = [*DDP, f"data.root={data_root}"]
+    plain, restarted = tmp_path / "plain", tmp_path / "restarted"
+    plain.mkdir()
+    restarted.mkdir()
+    finish(torchrun(["--standalone", "--nproc_per_node=2"], common, cwd=plain))
+    die = ["+callbacks.die._target_=probes.DieOnFirstAttempt", "+callbacks.die.rank=1"]
+    launcher = ["--standalone", "--nproc_per_node=2", "--max-restarts=1"]
+    out = finish(torchrun(launcher, [*common, *die, "+callbacks.die.epoch=1"], cwd=restarted))
+    assert "continuing this job from its own checkpoint" in out
+    ((plain_run,), (run_dir,)) = (list((p / "outputs").iterdir()) for p in (plain, restarted))
+    assert run_dir.name.startswith("torchrun-") and plain_run.name.startswith("torchrun-")
+    assert [h["epoch"] for h in metrics(run_dir)["history"]] == [0, 1, 2]
+    expected, got = final_weights(plain_run), final_weights(run_dir)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
+
+
+def test_torchrun_on_two_nodes_shares_a_fresh_data_folder(tmp_path):
+    """Two torchrun agents on localhost, one process each: both nodes prepare the data in the
+    same fresh folder at once, and the run has one folder (named by ``--rdzv-id``)."""
+    if shutil.which("torchrun") is None:
+        engine_missing("no torchrun (it comes with torch)")
+    port = 29500 + uuid.uuid4().int % 1000
+    shared = tmp_path / "data"  # fresh: nothing unpacked yet
+    run_id = f"two-nodes-{uuid.uuid4().hex[:8]}"
+    overrides = [*DDP, "trainer.devices=1", "trainer.num_nodes=2", "trainer.max_epochs=1"]
+    nodes = []
+    for rank in (0, 1):
+        launcher = ["--nnodes=2", "--nproc_per_node=1", f"--node_rank={rank}"]
+        launcher += [f"--rdzv-id={run_id}", "--master_addr=127.0.0.1", f"--master_port={port}"]
+        nodes.append(torchrun(launcher, [*overrides, f"data.root={shared}"], cwd=tmp_path))
+    for node in nodes:
+        finish(node)
+    (run_dir,) = (tmp_path / "outputs").iterdir()
+    assert run_dir.name == f"torchrun-{run_id}"
+    recorded = metrics(run_dir)
+    assert recorded["status"] == "completed"
+    assert (recorded["run"]["processes"], recorded["run"]["num_nodes"]) == (2, 2)
+    assert not list(shared.rglob("*.partial"))
