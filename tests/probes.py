@@ -231,3 +231,16 @@ class RankBatch(Callback):
         found = {"rank": trainer.global_rank, "world": trainer.world_size, "batch": len(batch[1])}
         with open(os.path.join(self.folder, f"rank{trainer.global_rank}.json"), "w") as f:
             json.dump(found, f)
+
+
+class StepLr(Callback):
+    """Appends the learning rate each optimizer step uses (read just before the step) to a
+    text file, one per line."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @override
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{optimizer.param_groups[0]['lr']!r}\n")

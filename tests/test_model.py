@@ -76,3 +76,14 @@ def test_init_std_sets_conv_and_linear_weights():
 def test_bad_options_say_which_value(kwargs):
     with pytest.raises(ValueError, match=f"model.net.{next(iter(kwargs))}"):
         resnet18(**kwargs)
+
+
+def test_zero_init_residual_starts_each_block_as_the_identity():
+    net = resnet18(width=4, zero_init_residual=True)
+    blocks = [m for m in net.modules() if m.__class__.__name__ == "Residual"]
+    assert len(blocks) == 8
+    assert all(torch.equal(b.bn2.weight, torch.zeros_like(b.bn2.weight)) for b in blocks)
+    assert all(torch.equal(b.bn1.weight, torch.ones_like(b.bn1.weight)) for b in blocks)
+    x = torch.randn(3, 4, 8, 8).relu()
+    first = blocks[0].eval()  # no shortcut conv: with bn2's scale at 0 the block passes x on
+    torch.testing.assert_close(first(x), x.relu())

@@ -102,3 +102,26 @@ def test_fast_experiment_composes_the_speed_options(tmp_path):
     assert cfg.model.channels_last and cfg.model.compile and cfg.trainer.benchmark
     assert cfg.data.batch_size == 256 and cfg.model.optimizer.lr == 0.1  # still the d2l recipe
     assert cfg.trainer.max_epochs == 10
+
+
+def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(tmp_path):
+    """Batch 64 under the linear rule from base 32: lr 0.1 -> 0.2; warm-up over 1.5 epochs of
+    4 steps climbs from 0.1 (Goyal et al.: the unscaled lr) in equal steps, then a step
+    schedule halves the lr after each epoch; the warm-up multiplies what the schedule gives."""
+    log = tmp_path / "lr.txt"
+    overrides = [*TINY, "data=synthetic", "data.num_train=256", "data.num_test=32"]
+    overrides += ["data.batch_size=64", "model.optimizer.lr=0.1", "trainer.max_epochs=3"]
+    overrides += ["model.lr_scaling.rule=linear", "model.lr_scaling.base_batch=32"]
+    overrides += ["model.lr_scaling.warmup_epochs=1.5", "+model/scheduler=step"]
+    overrides += ["model.scheduler.step_size=1", "model.scheduler.gamma=0.5"]
+    overrides += ["+callbacks.lr._target_=probes.StepLr", f"+callbacks.lr.path={log}"]
+    assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
+    used = [float(line) for line in log.read_text().split()]
+    steps_per_epoch, warmup_steps, start = 4, 6, 0.5  # start: 0.1 / 0.2
+    expected = []
+    for step in range(12):
+        scheduled = 0.2 * 0.5 ** (step // steps_per_epoch)
+        factor = start + (1 - start) * step / warmup_steps if step < warmup_steps else 1.0
+        expected.append(scheduled * factor)
+    assert used == pytest.approx(expected, rel=1e-9)
+    assert used[0] == pytest.approx(0.1) and max(used) < 0.2  # never the full 0.2 in epoch 1

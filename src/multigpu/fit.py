@@ -50,8 +50,10 @@ def build_strategy(node: DictConfig, run: Run) -> Strategy:
 def build_module(node: DictConfig, run: Run) -> ImageClassifier:
     """The model group as configured, with the learning rate the run resolved."""
     model = plain(node)
-    model.pop("lr_scaling", None)  # already applied: run.lr
+    model.pop("lr_scaling", None)  # already applied: run.lr, run.warmup_*
     model["optimizer"]["lr"] = run.lr
+    if run.warmup_epochs:
+        model["warmup"] = {"epochs": run.warmup_epochs, "start_factor": run.warmup_from / run.lr}
     return build(model, _recursive_=False)
 
 

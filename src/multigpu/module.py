@@ -28,7 +28,9 @@ class ImageClassifier(LightningModule):
     kept as plain hyperparameters so that a checkpoint rebuilds its own network; a module that
     only evaluates has no optimizer.
     ``channels_last`` and ``compile`` (true, or ``torch.compile``'s keyword arguments) change
-    how the network runs, not what it computes or what a checkpoint holds.
+    how the network runs, not what it computes or what a checkpoint holds. ``warmup``
+    (``{epochs, start_factor}``) scales each step's lr from ``start_factor`` up to 1 over the
+    first ``epochs``, on top of the scheduler.
     """
 
     def __init__(
@@ -38,9 +40,11 @@ class ImageClassifier(LightningModule):
         scheduler: dict | None = None,
         channels_last: bool = False,
         compile: bool | dict = False,
+        warmup: dict | None = None,
     ):
         super().__init__()
         self.channels_last = channels_last
+        self.warmup = plain(warmup) or {}
         self.compile_options = ({} if compile is True else plain(compile)) if compile else None
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         self.save_hyperparameters(
@@ -123,6 +127,31 @@ class ImageClassifier(LightningModule):
     @override
     def test_step(self, batch, batch_idx: int) -> Tensor:
         return self.evaluate(batch, "test")
+
+    def warmup_factor(self, step: int) -> float:
+        """Goyal et al.'s gradual warm-up: linear in the optimizer step, from ``start_factor``
+        at step 0 to 1 once ``epochs`` epochs of steps have been taken."""
+        steps = self.warmup.get("epochs", 0) * self.trainer.num_training_batches
+        if step >= steps:
+            return 1.0
+        start = self.warmup.get("start_factor", 0.0)
+        return start + (1.0 - start) * step / steps
+
+    @override
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None):
+        """The step with the warm-up's share of each group's lr; the scheduler's own lr is
+        put back afterwards, so that schedules stepped per epoch compose with it."""
+        factor = self.warmup_factor(self.trainer.global_step)
+        if factor == 1.0:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        scheduled = [group["lr"] for group in optimizer.param_groups]
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+        try:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        finally:
+            for group, lr in zip(optimizer.param_groups, scheduled, strict=True):
+                group["lr"] = lr
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ class Net:
     width: int = 64
     norm: str = "batch"
     init_std: float | None = 0.01
+    zero_init_residual: bool = False
 
 
 @dataclass
@@ -77,6 +78,7 @@ class Optimizer:
 class LrScaling:
     rule: str = "none"
     base_batch: int = 256
+    warmup_epochs: float = 0
 
 
 @dataclass

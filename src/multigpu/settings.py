@@ -83,6 +83,8 @@ class Run:
     batch_size: int  # global: what one optimizer step sees, over every device
     process_batch_size: int  # what each process loads per step
     lr: float  # after ``model.lr_scaling``
+    warmup_epochs: float  # the lr rises to ``lr`` over these first epochs, per step
+    warmup_from: float  # from this lr: the unscaled one under the linear rule, else 0
     precision: str
     width: int | None
     norm: str | None
@@ -127,6 +129,7 @@ class Run:
             f"strategy={self.strategy}: {len(self.device_ids)} {self.accelerator} device(s)"
             f"{nodes}, {self.processes} process(es){started}; global batch {self.batch_size} "
             f"({self.process_batch_size} per process), lr {self.lr:g}"
+            + (f" after {self.warmup_epochs:g} epochs of warm-up" if self.warmup_epochs else "")
         )
 
     def record(self) -> dict[str, Any]:
@@ -183,6 +186,8 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         batch_size=batch_size,
         process_batch_size=batch_size // processes,
         lr=scaled_lr(plain(cfg.model), batch_size),
+        warmup_epochs=float(plain(cfg.model).get("lr_scaling", {}).get("warmup_epochs") or 0),
+        warmup_from=warmup_from(plain(cfg.model)),
         precision=precision,
         width=net.get("width"),
         norm=net.get("norm"),
@@ -230,6 +235,8 @@ def check_values(cfg: DictConfig) -> None:
     optimizer = plain(cfg.model.optimizer)
     for key in ("momentum", "weight_decay"):
         at_least(f"model.optimizer.{key}", optimizer.get(key), 0)
+    warmup = (plain(cfg.model).get("lr_scaling") or {}).get("warmup_epochs")
+    at_least("model.lr_scaling.warmup_epochs", warmup, 0)
     compile = plain(cfg.model.get("compile"))
     if not isinstance(compile, (bool, dict)) and compile is not None:
         raise UserError(
@@ -427,6 +434,13 @@ def check_batch_divides(batch_size: int, processes: int) -> None:
             f"data.batch_size={batch_size} (global) does not divide over {processes} "
             f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
         )
+
+
+def warmup_from(model: dict[str, Any]) -> float:
+    """Goyal et al.'s gradual warm-up starts at the lr the base batch would use; without a
+    scaling rule there is none, and it starts at 0."""
+    scaling = model.get("lr_scaling") or {}
+    return float(model["optimizer"]["lr"]) if scaling.get("rule") == "linear" else 0.0
 
 
 def scaled_lr(model: dict[str, Any], batch_size: int) -> float:

@@ -57,11 +57,14 @@ def resnet18(
     width: int = 64,
     norm: str = "batch",
     init_std: float | None = 0.01,
+    zero_init_residual: bool = False,
 ) -> nn.Sequential:
     """The d2l ResNet-18; ``width`` scales every stage (width, 2w, 4w, 8w channels).
 
     ``norm="none"`` drops BatchNorm so that data-parallel runs match one device exactly;
-    ``init_std`` reproduces d2l's normal init (``None`` keeps PyTorch's default).
+    ``init_std`` reproduces d2l's normal init (``None`` keeps PyTorch's default);
+    ``zero_init_residual`` starts the last BatchNorm scale of every residual block at 0, so each
+    block starts as the identity (Goyal et al. 2017, "Accurate, Large Minibatch SGD", 5.1).
     """
     if not isinstance(width, int) or width <= 0:
         raise ValueError(f"model.net.width={width!r} must be a positive integer, e.g. 64")
@@ -82,4 +85,8 @@ def resnet18(
     )
     if init_std is not None:
         net.apply(lambda m: _init_normal(m, init_std))
+    if zero_init_residual:
+        for block in net.modules():
+            if isinstance(block, Residual) and isinstance(block.bn2, nn.BatchNorm2d):
+                nn.init.zeros_(block.bn2.weight)
     return net
