@@ -86,6 +86,11 @@ def paired_ratio(top: dict[str, Any], bottom: dict[str, Any]) -> tuple[float, li
     return top["images_per_s"] / bottom["images_per_s"], []
 
 
+def significant(value: float, digits: int = 4) -> float:
+    """Round to significant digits: a ratio of 0.04 keeps as many as one of 4.0."""
+    return float(f"{value:.{digits}g}")
+
+
 def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict]:
     rows = {r["name"]: r for r in results if r.get("images_per_s") is not None}
     ratios = []
@@ -97,8 +102,8 @@ def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> l
         ratios.append(
             {
                 "ratio": name,
-                "value": round(value, 3),
-                "rounds": [round(r, 3) for r in rounds],
+                "value": significant(value),
+                "rounds": [significant(r) for r in rounds],
                 "target": f"{target[0]} {target[1]}" if target else None,
                 "met": _check(value, *target) if target else None,
                 "meaning": meaning.format(**settings),
