@@ -7,6 +7,9 @@ from omegaconf import DictConfig
 
 from multigpu.cli import report_user_errors
 from multigpu.evaluation import evaluate  # torch-free until the settings are checked
+from multigpu.quiet import quiet
+
+quiet()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")

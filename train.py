@@ -3,18 +3,25 @@
 import hydra
 from omegaconf import DictConfig
 
-from multigpu.cli import register_resolvers, report_user_errors
+from multigpu.cli import hydra_runtime, register_resolvers, report_user_errors
+from multigpu.quiet import quiet
+from multigpu.record import is_rank_zero
+from multigpu.run_summary import print_closing_lines
 from multigpu.sweep import keep_sweeping
 from multigpu.training import train  # torch-free until the config is checked
 
-register_resolvers()  # ${run_name:}, for hydra.run.dir
+register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a sweep's jobs
+quiet()  # here too for DDP's workers, which start from this file
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 @report_user_errors
 @keep_sweeping
 def main(cfg: DictConfig) -> float | None:
-    return train(cfg).get("test_acc")
+    record = train(cfg)
+    if is_rank_zero() and not hydra_runtime(cfg)[1]:  # a sweep ends with its own table
+        print_closing_lines(record, cfg.paths.output_dir)
+    return record.get("test_acc")
 
 
 if __name__ == "__main__":

@@ -89,6 +89,6 @@ def test_logger_and_callbacks_instantiate(tmp_path):
     built = [instantiate(c) for c in cfg.callbacks.values()]
     assert {type(c).__name__ for c in built} == {
         "LastCheckpoint",
-        "TQDMProgressBar",
+        "ProgressBar",
         "TestSetFigures",
     }

@@ -151,7 +151,7 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root
     assert "continuing this job from its own checkpoint" in log, log[-3000:]
     recorded = metrics(run_dir)
     assert recorded["status"] == "completed"
-    assert [h["epoch"] for h in recorded["history"]] == [0, 1, 2]  # none twice, none missing
+    assert [h["epoch"] for h in recorded["history"]] == [1, 2, 3]  # none twice, none missing
     shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True)
     assert "Restarts=1" in shown.stdout
 
@@ -176,6 +176,7 @@ def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_summary(tmp_path / "sweep")
     assert [(r["devices"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
+    assert [r["job"] for r in rows] == ["devices=1", "devices=2"]  # named in the SLURM jobs
     assert "Bypassing sacct" not in result.stdout + result.stderr
 
 
@@ -233,7 +234,7 @@ def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
     assert "continuing this job from its own checkpoint" in out
     ((plain_run,), (run_dir,)) = (list((p / "outputs").iterdir()) for p in (plain, restarted))
     assert run_dir.name.startswith("torchrun-") and plain_run.name.startswith("torchrun-")
-    assert [h["epoch"] for h in metrics(run_dir)["history"]] == [0, 1, 2]
+    assert [h["epoch"] for h in metrics(run_dir)["history"]] == [1, 2, 3]
     expected, got = final_weights(plain_run), final_weights(run_dir)
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)

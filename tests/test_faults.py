@@ -126,7 +126,7 @@ def test_signal_stops_the_run_and_resuming_matches_an_uninterrupted_run(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     resumed_dir = next(d for d in run_dirs(tmp_path) if d != stopped)
     assert metrics(resumed_dir)["status"] == "completed"
-    assert [h["epoch"] for h in metrics(resumed_dir)["history"]] == [0, 1]
+    assert [h["epoch"] for h in metrics(resumed_dir)["history"]] == [1, 2]
     expected, got = final_weights(uninterrupted), final_weights(resumed_dir)
     assert expected.keys() == got.keys()
     for name in expected:

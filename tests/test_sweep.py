@@ -46,6 +46,10 @@ def assert_png(path: Path) -> None:
     assert height > 100 and width > 100
 
 
+# The sweep's job folders, named by what the jobs differ in.
+JOB_FOLDERS = ["devices=1,lr=0.05", "devices=1,lr=0.1", "devices=2,lr=0.05", "devices=2,lr=0.1"]
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory) -> Path:
     """4 jobs: devices 1,2 x base lr 0.05,0.1, batch and lr scaled with the devices."""
@@ -61,13 +65,18 @@ def sweep(tmp_path_factory) -> Path:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "speedup" in result.stdout  # the table is printed at the end
+    (shown,) = [line for line in result.stdout.splitlines() if "tensorboard --logdir" in line]
+    assert (root / shown.split("--logdir ")[1]).resolve() == root.resolve()  # from its cwd
     return root
 
 
 def test_every_job_has_its_own_complete_folder(sweep):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
-    assert [p.name for p in jobs] == ["0", "1", "2", "3"]
-    for job in jobs:
+    assert [p.name for p in jobs] == JOB_FOLDERS
+    for job in jobs:  # named by the swept values: the job's own
+        devices, lr = (part.split("=")[1] for part in job.name.split(","))
+        overrides = (job / ".hydra" / "overrides.yaml").read_text()
+        assert f"trainer.devices={devices}" in overrides and f"model.optimizer.lr={lr}" in overrides
         assert (job / ".hydra" / "config.yaml").is_file()
         assert (job / "checkpoints" / "last.ckpt").is_file()
         assert list(job.glob("events.out.tfevents.*"))
@@ -236,7 +245,7 @@ def test_tensorboard_serves_runs_scalars_and_hparams(sweep):
             except OSError:
                 pass
             time.sleep(1)
-        assert sorted(runs) == ["0", "1", "2", "3"]
+        assert sorted(runs) == JOB_FOLDERS
         tags = fetch(f"{base}/data/plugin/scalars/tags")
         for run in runs:
             assert {"train/loss", "test/acc", "time/epoch_s", "hp/test_acc"} <= set(tags[run])
@@ -288,7 +297,8 @@ def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["completed"] * 2
-    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+    folders = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir())
+    assert folders == ["strategy=ddp", "strategy=ddp_spawn"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
 
 
@@ -307,24 +317,24 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
         command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 240
-    while not (sweep / "1" / "checkpoints" / "last.ckpt").is_file():
+    while not (sweep / "lr=0.2" / "checkpoints" / "last.ckpt").is_file():
         assert sweep_process.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     sweep_process.terminate()
     assert sweep_process.wait(timeout=60) == 143, sweep_process.stderr.read()[-3000:]
-    first = (sweep / "0" / "metrics.json").read_text()
+    first = (sweep / "lr=0.1" / "metrics.json").read_text()
     assert json.loads(first)["status"] == "completed"
-    assert json.loads((sweep / "1" / "metrics.json").read_text())["status"] == "interrupted"
+    assert json.loads((sweep / "lr=0.2" / "metrics.json").read_text())["status"] == "interrupted"
 
     again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stdout + again.stderr
-    assert f"this job already ran to the end in {sweep / '0'} (completed): skipped" in said
-    assert f"continuing this job from its own checkpoint {sweep / '1'}" in said
-    assert (sweep / "0" / "metrics.json").read_text() == first
-    assert len(list((sweep / "0").glob("events.out.tfevents.*"))) == 1
-    resumed = json.loads((sweep / "1" / "metrics.json").read_text())
-    assert resumed["status"] == "completed" and [h["epoch"] for h in resumed["history"]] == [0, 1]
+    assert f"this job already ran to the end in {sweep / 'lr=0.1'} (completed): skipped" in said
+    assert f"continuing this job from its own checkpoint {sweep / 'lr=0.2'}" in said
+    assert (sweep / "lr=0.1" / "metrics.json").read_text() == first
+    assert len(list((sweep / "lr=0.1").glob("events.out.tfevents.*"))) == 1
+    resumed = json.loads((sweep / "lr=0.2" / "metrics.json").read_text())
+    assert resumed["status"] == "completed" and [h["epoch"] for h in resumed["history"]] == [1, 2]
     assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
 
 

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multigpu.atomic import check_creatable
 from multigpu.errors import RunStopped, UserError, WriteFailed, message
+from multigpu.job_names import job_folder
 from multigpu.launch import run_name
 from multigpu.outcome import outcome_of
 from multigpu.settings import slurm_gpus_per_node, slurm_tasks_per_node
@@ -26,6 +27,7 @@ from multigpu.settings import slurm_gpus_per_node, slurm_tasks_per_node
 # cache, which Hydra copies from the sweep's config to each job's, keys on the arguments' text).
 RESOLVERS = {
     "run_name": (run_name, True),  # hydra.run.dir
+    "job_folder": (job_folder, False),  # hydra.sweep.subdir: one per job
     "slurm_tasks_per_node": (slurm_tasks_per_node, False),  # hydra/launcher/slurm.yaml
     "slurm_gpus_per_node": (slurm_gpus_per_node, False),
 }

@@ -30,6 +30,7 @@ from multigpu.interrupts import after_training_notice
 from multigpu.launch import requeue_on_warning, slurm_started
 from multigpu.module import ImageClassifier
 from multigpu.outcome import summary_line
+from multigpu.quiet import quiet
 from multigpu.record import RunRecord
 from multigpu.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 
@@ -120,6 +121,7 @@ def fit(
     cfg: DictConfig, run: Run, record: RunRecord, output_dir: Path, ckpt_path: Path | None
 ) -> None:
     """Train as resolved, from ``ckpt_path`` when given (a file ``train`` found)."""
+    quiet()
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
     strategy = build_strategy(cfg.strategy, run)

@@ -104,6 +104,7 @@ class ImageClassifier(LightningModule):
             batch_size=batch_size,
         )
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=batch_size)
+        self.log("loss", loss.detach(), prog_bar=True, logger=False)  # this step's, in the bar
         return loss
 
     def evaluate(self, batch: tuple[Tensor, Tensor], split: str) -> Tensor:
@@ -116,7 +117,7 @@ class ImageClassifier(LightningModule):
         batch_size = labels.numel()
         log: dict[str, Any] = dict(on_epoch=True, add_dataloader_idx=False, batch_size=batch_size)
         self.log(f"{split}/loss", F.cross_entropy(logits, labels), sync_dist=True, **log)
-        self.log(f"{split}/acc", metric, **log)
+        self.log(f"{split}/acc", metric, prog_bar=split == "test", **log)
         return logits.argmax(dim=1)
 
     @override

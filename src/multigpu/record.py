@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from lightning_utilities.core.rank_zero import rank_zero_only
 from multigpu.atomic import write_json
 from multigpu.outcome import Outcome
 
-SCHEMA = 2
+SCHEMA = 3  # 3: epochs counted from 1; epoch_s and samples_per_s by ``speed``
 # Where launchers put a process's rank, in the order Lightning reads them.
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
@@ -34,8 +33,47 @@ def is_rank_zero() -> bool:
     return rank == 0
 
 
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs speed is measured over: all but the first, which also pays for warm-up
+    (data loading starts, allocator, cuDNN autotuning), unless it is the only one."""
+    timed = [h for h in history if h.get("epoch_s") and h.get("samples_per_s")]
+    return timed[1:] if len(timed) > 1 else timed
+
+
+def speed(history: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """(seconds per epoch, samples per second) over ``timed_epochs``: total time over epochs,
+    total samples over total time. One definition, so two runs compare the same way by either."""
+    timed = timed_epochs(history)
+    if not timed:
+        return None, None
+    seconds = sum(h["epoch_s"] for h in timed)
+    samples = sum(h["samples_per_s"] * h["epoch_s"] for h in timed)
+    return seconds / len(timed), samples / seconds
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """A record of an earlier schema as this one reads it: epochs counted from 1 (schema 3)
+    and speed by ``speed`` (before: medians of per-epoch values)."""
+    if record.get("schema", SCHEMA) >= SCHEMA:
+        return record
+    history = upgrade_history(record.get("history") or [])
+    epoch_s, samples_per_s = speed(history)
+    best = record.get("best_epoch")
+    return {
+        **record,
+        "history": history,
+        "best_epoch": None if best is None else best + 1,
+        "epoch_s": epoch_s,
+        "samples_per_s": samples_per_s,
+    }
+
+
+def upgrade_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Histories start at the first epoch: one starting at 0 counts from 0 (schema < 3, and
+    checkpoints written by those versions)."""
+    if not history or history[0].get("epoch") != 0:
+        return list(history)
+    return [{**h, "epoch": h["epoch"] + 1} for h in history]
 
 
 def summarize(
@@ -45,6 +83,7 @@ def summarize(
     tested = [h for h in history if h.get("test_acc") is not None]
     best = max(tested, key=lambda h: h["test_acc"], default=None)
     last = history[-1] if history else {}
+    epoch_s, samples_per_s = speed(history)
     return {
         "schema": SCHEMA,
         "status": "running",
@@ -55,8 +94,8 @@ def summarize(
         "train_loss": last.get("train_loss"),
         "train_acc": last.get("train_acc"),
         "val_acc": last.get("val_acc"),
-        "epoch_s": _median([h["epoch_s"] for h in history if h.get("epoch_s")]),
-        "samples_per_s": _median([h["samples_per_s"] for h in history if h.get("samples_per_s")]),
+        "epoch_s": epoch_s,
+        "samples_per_s": samples_per_s,
         "epochs": len(history),
         "run": run,
         "config": config,
@@ -79,7 +118,7 @@ class RunRecord:
         return summarize(self.history, self.run, self.config)
 
     def set_history(self, history: list[dict[str, Any]]) -> None:
-        self.history = list(history)
+        self.history = upgrade_history(history)
         self._write(self.current)
 
     def add_epoch(self, entry: dict[str, Any]) -> None:
@@ -95,7 +134,7 @@ class RunRecord:
 
     def read(self) -> dict[str, Any] | None:
         try:
-            return json.loads(self.path.read_text())
+            return upgrade(json.loads(self.path.read_text()))
         except (OSError, ValueError):
             return None
 

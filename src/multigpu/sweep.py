@@ -16,7 +16,9 @@ from omegaconf import DictConfig
 
 from multigpu.cli import hydra_runtime
 from multigpu.errors import Interrupted, OccupiedFolder, RunStopped, UserError
+from multigpu.job_names import share_swept_keys
 from multigpu.outcome import outcome_of
+from multigpu.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,11 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
 
 
 class SweepReport(Callback):
-    """Writes and prints the sweep summary when a multirun ends; exits 1 when a job did not
-    complete."""
+    """Names the jobs' folders by what the sweep varies; writes and prints the sweep summary
+    when the multirun ends; exits 1 when a job did not complete."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        share_swept_keys(config)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from multigpu.report import incomplete, to_text, write_report  # matplotlib: only now
@@ -56,7 +61,10 @@ class SweepReport(Callback):
             return
         rows = write_report(sweep_dir)
         print("\n" + to_text(rows), end="", flush=True)
-        print(f"sweep summary: {sweep_dir}/summary.md, test_acc.png, scaling.png", flush=True)
+        shown = shown_path(sweep_dir)
+        print(f"sweep summary: {shown}/summary.md, test_acc.png, scaling.png", flush=True)
+        if has_tensorboard_logs(sweep_dir):
+            print(tensorboard_line(sweep_dir), flush=True)
         failed = incomplete(rows)
         if failed:
             print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)

@@ -27,6 +27,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
+from multigpu.job_names import sweep_job_folder
 from multigpu.outcome import Outcome, summary_line
 from multigpu.record import RunRecord
 
@@ -155,7 +156,8 @@ class SlurmLauncher(SubmititSlurmLauncher):
             f"SLURM job {job.job_id} ended without a result: see {job.paths.stderr}"
         )
         log.error("job %d: %s", number, reason)
-        record = RunRecord(sweep_dir / str(number) / "metrics.json", {})
+        folder = sweep_dir / sweep_job_folder(overrides, number)
+        record = RunRecord(folder / "metrics.json", {})
         record.finish(Outcome("failed", summary_line(reason), 1))
         ended = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
         ended._return_value = float("nan")

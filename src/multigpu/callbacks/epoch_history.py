@@ -28,7 +28,7 @@ class EpochHistory(Callback):
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         logged = trainer.callback_metrics
-        entry: dict[str, Any] = {"epoch": trainer.current_epoch}
+        entry: dict[str, Any] = {"epoch": trainer.current_epoch + 1}  # counted from 1
         for key, name in EPOCH_KEYS.items():
             value = logged.get(name)
             entry[key] = None if value is None else float(value)

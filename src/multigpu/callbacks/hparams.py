@@ -1,12 +1,11 @@
-"""TensorBoard's HParams tab: each run's settings beside real metric columns.
+"""TensorBoard's HParams tab: each run's settings beside whole-run metric columns.
 
-The tab shows metric columns only for keys announced with the hyperparameters, so the run
-announces ``hp/*`` keys at the start and logs their values after every epoch.
+The tab makes a metric column of every scalar its runs log; the ``hp/*`` scalars are the run's
+summary so far (final and best test accuracy, speed as ``metrics.json`` defines it), written
+after every epoch at that epoch.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.loggers import TensorBoardLogger
@@ -22,15 +21,6 @@ HP_METRICS = {
 }
 
 
-def tensorboard_value(value: Any) -> Any:
-    """HParams accepts numbers, strings and booleans; ``None`` would retype a whole column."""
-    if value is None:
-        return "none"
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)
-
-
 def tensorboard_loggers(trainer: Trainer) -> list[TensorBoardLogger]:
     return [lg for lg in trainer.loggers if isinstance(lg, TensorBoardLogger)]
 
@@ -41,13 +31,12 @@ class HParamsSummary(Callback):
 
     @override
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        params = {k: tensorboard_value(v) for k, v in self.record.run.items()}
         for logger in tensorboard_loggers(trainer):
-            logger.log_hyperparams(params, metrics={key: 0.0 for key in HP_METRICS})
+            logger.log_hyperparams(self.record.run)
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         summary = self.record.current
         values = {k: float(summary[src]) for k, src in HP_METRICS.items() if summary.get(src)}
         for logger in tensorboard_loggers(trainer):
-            logger.log_metrics(values, step=trainer.current_epoch)
+            logger.log_metrics(values, step=trainer.current_epoch + 1)

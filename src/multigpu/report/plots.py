@@ -10,6 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multigpu.atomic import atomic_file  # noqa: E402
 
@@ -20,24 +22,29 @@ def save(fig, path: Path) -> None:
     plt.close(fig)
 
 
-def plot_test_accuracy(curves: list[tuple[str, list[dict[str, Any]]]], path: Path) -> None:
-    """One line per (label, per-epoch history)."""
+def accuracy_figure(curves: list[tuple[str, list[dict[str, Any]]]]) -> Figure:
+    """One line per (label, per-epoch history), against whole epochs counted from 1."""
     fig, ax = plt.subplots(figsize=(8, 5))
     for label, history in curves:
         history = [h for h in history if h.get("test_acc") is not None]
         if history:
-            epochs = [h["epoch"] + 1 for h in history]
+            epochs = [h["epoch"] for h in history]
             ax.plot(epochs, [h["test_acc"] for h in history], marker="o", label=label)
     ax.set_xlabel("epoch")
     ax.set_ylabel("test accuracy")
     ax.set_title("Test accuracy per epoch")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no finished epoch", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    save(fig, path)
+    return fig
+
+
+def plot_test_accuracy(curves: list[tuple[str, list[dict[str, Any]]]], path: Path) -> None:
+    save(accuracy_figure(curves), path)
 
 
 def scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -55,27 +62,36 @@ def scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]
     return scaled
 
 
-def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
-    """Throughput (left) and speedup with the ideal line (right) against device count."""
+def scaling_figure(rows: list[dict[str, Any]]) -> Figure:
+    """Throughput (left) and speedup (right) against device count, both axes from zero, each
+    with its ideal: a line's one-device throughput times the devices (dotted), speedup = devices.
+    """
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     lines = scaling_lines([r for r in rows if r["status"] == "completed" and r["samples_per_s"]])
-    top = 1
+    top = max([1, *(r["devices"] for items in lines.values() for r in items)])
     for label, items in sorted(lines.items()):
         items.sort(key=lambda r: r["devices"])
         devices = [r["devices"] for r in items]
-        left.plot(devices, [r["samples_per_s"] for r in items], "o-", label=label)
+        (line,) = left.plot(devices, [r["samples_per_s"] for r in items], "o-", label=label)
+        if devices[0] == 1:
+            left.plot([0, top], [0, top * items[0]["samples_per_s"]], ":", color=line.get_color())
         sped = [r for r in items if r["speedup"] is not None]
         if sped:
             speedups = [r["speedup"] for r in sped]
             right.plot([r["devices"] for r in sped], speedups, "o-", label=label)
-        top = max(top, *devices)
-    right.plot([1, top], [1, top], "k--", label="ideal")
+    left.plot([], [], "k:", label="ideal: one device's x devices")
+    right.plot([0, top], [0, top], "k--", label="ideal")
     left.set(xlabel="devices", ylabel="samples / s", title="Throughput")
     right.set(xlabel="devices", ylabel="speedup vs 1 device", title="Speedup")
     for ax in (left, right):
         ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-        ax.set_xticks(range(1, top + 1))
+        ax.legend(fontsize=8)
+        ax.set_xlim(0, top + 0.25)
+        ax.set_ylim(bottom=0)
+        ax.set_xticks(range(0, top + 1))
     fig.tight_layout()
-    save(fig, path)
+    return fig
+
+
+def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
+    save(scaling_figure(rows), path)

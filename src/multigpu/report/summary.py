@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from multigpu.record import upgrade
+
 COLUMNS = [
     "job",
     "status",
@@ -59,7 +61,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
     sweep_dir = Path(sweep_dir)
     jobs = []
     for path in sweep_dir.rglob("metrics.json"):
-        metrics = json.loads(path.read_text())
+        metrics = upgrade(json.loads(path.read_text()))
         metrics["job"] = str(path.parent.relative_to(sweep_dir))
         jobs.append(metrics)
     return sorted(jobs, key=lambda m: (len(m["job"]), m["job"]))

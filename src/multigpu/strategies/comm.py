@@ -40,6 +40,16 @@ def gather(tensors: Sequence[Tensor], device: torch.device) -> Tensor:
     return torch.cat([t.to(device, non_blocking=True) for t in tensors])
 
 
+def laid_out_like(chunk: Tensor, like: Tensor) -> Tensor:
+    """``chunk`` viewed with ``like``'s shape and memory layout: a channels-last weight gets a
+    channels-last view, so gradients accumulate into it without a layout mismatch."""
+    order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))  # outermost first
+    view = chunk.view([like.shape[d] for d in order]).permute(
+        [order.index(d) for d in range(like.dim())]
+    )
+    return view if view.stride() == like.stride() else chunk.view(like.shape)
+
+
 class FlatBuffer:
     """Same-dtype tensors laid end to end in one buffer allocated once, with a view shaped like
     each: a transfer is one copy, and every step reuses the same memory."""
@@ -52,7 +62,9 @@ class FlatBuffer:
         sizes = [t.numel() for t in like]
         device = like[0].device if device is None else device
         self.flat = torch.empty(sum(sizes), dtype=like[0].dtype, device=device)
-        self.views = [v.view(t.shape) for v, t in zip(self.flat.split(sizes), like, strict=True)]
+        self.views = [
+            laid_out_like(v, t) for v, t in zip(self.flat.split(sizes), like, strict=True)
+        ]
 
     @torch.no_grad()
     def pack(self, tensors: Sequence[Tensor]) -> Tensor:

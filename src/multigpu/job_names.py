@@ -1,0 +1,66 @@
+"""A sweep's job folders named by what differs between its jobs: ``devices=2,batch_size=512``
+rather than ``1``, so TensorBoard, which names runs by folder, and the report show it.
+
+The swept keys are known only where the multirun starts (each job sees its own values), so
+``SweepReport.on_multirun_start`` hands them to the jobs in ``MULTIGPU_SWEPT_KEYS``; the
+``${job_folder:}`` resolver (``hydra.sweep.subdir``) and the SLURM launcher name folders
+with them. Without swept keys (an Optuna study names none on the command line) a folder is
+the job's number, as Hydra's default.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from omegaconf import DictConfig
+
+SWEPT_KEYS_VARIABLE = "MULTIGPU_SWEPT_KEYS"
+
+
+def swept_keys(task_overrides: Iterable[str], sweeper_params: dict | None) -> list[str]:
+    """The keys that take several values: in the command line's overrides (``seed=1,2,3``)
+    and in the sweeper's ``params``, in that order."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(task_overrides))
+    keys = [o.key_or_group for o in parsed if o.is_sweep_override()]
+    keys += [str(k) for k in (sweeper_params or {}) if str(k) not in keys]
+    return keys
+
+
+def share_swept_keys(config: DictConfig) -> None:
+    """At the start of a multirun: tell its jobs (in this process, or launched from it with
+    its environment) which keys are swept."""
+    keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
+    os.environ[SWEPT_KEYS_VARIABLE] = ",".join(keys)
+
+
+def short_names(keys: list[str]) -> dict[str, str]:
+    """Each key by its last part (``trainer.devices`` -> ``devices``) unless two share it."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
+
+
+def job_folder_name(overrides: Iterable[str], keys: list[str], number: int) -> str:
+    """``key=value`` of each swept key in this job's overrides, joined by commas."""
+    values = {}
+    for override in overrides:
+        key, _, value = override.lstrip("+~").partition("=")
+        values[key] = value.replace("/", "_")
+    names = short_names(keys)
+    parts = [f"{names[k]}={values[k]}" for k in keys if k in values]
+    return ",".join(parts) if parts else str(number)
+
+
+def sweep_job_folder(overrides: Iterable[str], number: int) -> str:
+    keys = [k for k in os.environ.get(SWEPT_KEYS_VARIABLE, "").split(",") if k]
+    return job_folder_name(overrides, keys, number)
+
+
+def job_folder() -> str:
+    """The ``${job_folder:}`` resolver: this job's folder within the sweep."""
+    from hydra.core.hydra_config import HydraConfig
+
+    job = HydraConfig.get()
+    return sweep_job_folder(job.overrides.task, job.job.num)
