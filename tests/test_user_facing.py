@@ -125,6 +125,8 @@ def test_progress_bar_counts_epochs_from_one():
     assert epoch_description(SimpleNamespace(current_epoch=0, max_epochs=-1)) == "Epoch 1"
 
 
+DISTRIBUTED = pytest.mark.distributed
+
 # Printed by Lightning or torch on every run, about nothing the user did.
 NOISE = [
     ("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning),
@@ -187,11 +189,16 @@ def test_plots_use_whole_epochs_and_axes_from_zero():
 
 
 @pytest.mark.subprocess
-def test_a_run_ends_with_its_summary_and_no_noise(tmp_path):
+@pytest.mark.parametrize(
+    "layout",
+    [["strategy=single"], pytest.param(["strategy=ddp", "trainer.devices=2"], marks=DISTRIBUTED)],
+)
+def test_a_run_ends_with_its_summary_and_no_noise(tmp_path, layout):
     """As a user sees it in the terminal: the bar names epochs and the test set, the run ends
     with its accuracy, folder and TensorBoard command, and nothing else is printed at all."""
     result = run_script(
         "train.py",
+        *layout,
         *[a for a in TINY if not a.startswith("callbacks.progress_bar")],
         "data=synthetic",
         "data.num_train=64",

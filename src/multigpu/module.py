@@ -81,7 +81,7 @@ class ImageClassifier(LightningModule):
     @override
     def on_train_epoch_start(self) -> None:
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
-        self.log("train/lr", lr, on_step=False, on_epoch=True, rank_zero_only=True)
+        self.log("train/lr", lr, on_step=False, on_epoch=True, sync_dist=True)  # same on all
 
     @override
     def training_step(

@@ -34,7 +34,7 @@ def closing_lines(record: dict[str, Any], output_dir: str | Path) -> list[str]:
     output_dir = Path(output_dir)
     epochs = record.get("epochs") or 0
     result = f"test accuracy {_accuracy(record.get('test_acc'))} after {epochs} epoch(s)"
-    if record.get("best_epoch") is not None and record["best_epoch"] != epochs:
+    if record.get("best_test_acc") not in (None, record.get("test_acc")):
         result += f" (best {_accuracy(record['best_test_acc'])} at epoch {record['best_epoch']})"
     if record.get("epoch_s"):
         result += f"; {record['epoch_s']:.1f} s/epoch, {record['samples_per_s']:,.0f} samples/s"

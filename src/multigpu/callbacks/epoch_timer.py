@@ -66,9 +66,11 @@ class EpochTimer(Callback):
         rate = self._samples / self._elapsed
         self.epoch_s.append(self._elapsed)
         self.samples_per_s.append(rate)
-        pl_module.log("time/epoch_s", self._elapsed, on_epoch=True, rank_zero_only=True)
-        pl_module.log("throughput/samples_per_s", rate, on_epoch=True, rank_zero_only=True)
+        # Under DDP: the mean over the processes (each counts the global samples).
+        pl_module.log("time/epoch_s", self._elapsed, on_epoch=True, sync_dist=True)
+        pl_module.log("throughput/samples_per_s", rate, on_epoch=True, sync_dist=True)
         device = trainer.strategy.root_device
-        if device.type == "cuda":  # the most this process's tensors have held so far
+        if device.type == "cuda":  # the most any process's tensors have held so far
             peak = torch.cuda.max_memory_allocated(device) / 2**20
-            pl_module.log("memory/peak_gpu_mb", peak, on_epoch=True, rank_zero_only=True)
+            log = dict(on_epoch=True, sync_dist=True, reduce_fx="max")
+            pl_module.log("memory/peak_gpu_mb", peak, **log)

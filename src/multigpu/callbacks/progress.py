@@ -32,11 +32,10 @@ class ProgressBar(TQDMProgressBar):
         bar.initial = 0
         bar.set_description(epoch_description(trainer))
 
+    @property
     @override
-    def init_validation_tqdm(self) -> Any:
-        bar = super().init_validation_tqdm()
-        bar.set_description(EVALUATION_NAMES[0])
-        return bar
+    def validation_description(self) -> str:
+        return EVALUATION_NAMES[0]
 
     @override
     def on_validation_batch_start(
