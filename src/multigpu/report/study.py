@@ -1,0 +1,107 @@
+"""A study: several sweeps, one per row (``outputs/study/<experiment>/``), each over seeds.
+``python -m multigpu.report.study outputs/study`` prints the Markdown table of docs/results.md
+(mean, spread and each seed's final test accuracy) and writes its accuracy curves.
+
+Reads JSON only, as the sweep report does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from multigpu.report.plots import plt, save
+from multigpu.report.summary import load_jobs
+
+
+def study_rows(study_dir: Path) -> list[dict[str, Any]]:
+    """One row per sweep folder below ``study_dir``, over its completed jobs, in folder order."""
+    rows = []
+    for folder in sorted(p for p in study_dir.iterdir() if p.is_dir()):
+        jobs = [j for j in load_jobs(folder) if j.get("status") == "completed"]
+        if jobs:
+            rows.append(row_of(folder.name, sorted(jobs, key=lambda j: j["run"].get("seed") or 0)))
+    return rows
+
+
+def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    run = jobs[0]["run"]
+    finals = [j["test_acc"] for j in jobs]
+    return {
+        "name": name,
+        "strategy": run["strategy"],
+        "devices": run["devices"],
+        "batch_size": run["batch_size"],
+        "lr": run["lr"],
+        "warmup_epochs": run.get("warmup_epochs") or 0,
+        "seeds": [j["run"].get("seed") for j in jobs],
+        "finals": finals,
+        "mean": statistics.mean(finals),
+        "sd": statistics.stdev(finals) if len(finals) > 1 else 0.0,
+        "best_mean": statistics.mean(j["best_test_acc"] for j in jobs),
+        "epoch_s": statistics.mean(j["epoch_s"] for j in jobs),
+        "hours": sum(sum(h["epoch_s"] for h in j["history"]) for j in jobs) / 3600,
+        "curves": [[(h["epoch"], h["test_acc"]) for h in j["history"]] for j in jobs],
+    }
+
+
+def to_markdown(rows: list[dict[str, Any]]) -> str:
+    head = (
+        "| experiment | strategy | devices | batch | lr | warm-up | seeds | final test acc, "
+        "mean ± sd | each seed | best, mean | s/epoch |"
+    )
+    lines = [head, "|" + " --- |" * 11]
+    for r in rows:
+        each = ", ".join(f"{v:.4f}" for v in r["finals"])
+        warmup = f"{r['warmup_epochs']:g} epochs" if r["warmup_epochs"] else "none"
+        lines.append(
+            f"| `{r['name']}` | {r['strategy']} | {r['devices']} | {r['batch_size']} | "
+            f"{r['lr']:g} | {warmup} | {len(r['finals'])} | {r['mean']:.4f} ± {r['sd']:.4f} | "
+            f"{each} | {r['best_mean']:.4f} | {r['epoch_s']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
+    """Test accuracy per epoch: each row's mean over seeds, the band from its lowest to its
+    highest seed."""
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in rows:
+        epochs = [e for e, _ in r["curves"][0]]
+        by_epoch = list(zip(*[[acc for _, acc in c] for c in r["curves"]], strict=True))
+        mean = [statistics.mean(v) for v in by_epoch]
+        (line,) = ax.plot(epochs, mean, marker="o", label=f"{r['name']} ({len(r['curves'])} seeds)")
+        low, high = [min(v) for v in by_epoch], [max(v) for v in by_epoch]
+        ax.fill_between(epochs, low, high, color=line.get_color(), alpha=0.15)
+    ax.set(xlabel="epoch", ylabel="test accuracy", title="Test accuracy per epoch (band: seeds)")
+    ax.set_xticks(range(1, max(len(r["curves"][0]) for r in rows) + 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("study_dir", type=Path)
+    parser.add_argument("--plot", type=Path, help="where to write the curves (PNG)")
+    args = parser.parse_args(argv)
+    if not args.study_dir.is_dir():
+        print(f"error: no study folder {args.study_dir}: pass the folder that holds the "
+              "sweeps", file=sys.stderr)  # fmt: skip
+        return 2
+    rows = study_rows(args.study_dir)
+    if not rows:
+        print(f"error: no completed job below {args.study_dir}", file=sys.stderr)
+        return 2
+    print(to_markdown(rows), end="")
+    if args.plot:
+        plot_curves(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The study's table and curves, from sweeps laid out as ``outputs/study/<experiment>/<job>``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from multigpu.record import summarize
+from multigpu.report.study import study_rows
+
+
+def write_job(folder, seed: int, accs: list[float], devices: int = 1, status="completed"):
+    history = [
+        {"epoch": i + 1, "epoch_s": 2.0 + seed, "samples_per_s": 100.0, "test_acc": a}
+        for i, a in enumerate(accs)
+    ]
+    run = {"strategy": "ddp", "devices": devices, "batch_size": 256 * devices, "lr": 0.1 * devices}
+    record = {**summarize(history, {**run, "seed": seed}), "status": status}
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text(json.dumps(record))
+
+
+def test_rows_give_each_experiment_mean_and_spread_over_seeds(tmp_path):
+    accs = {1: [0.5, 0.8, 0.7], 2: [0.6, 0.9, 0.75], 3: [0.4, 0.85, 0.8]}
+    for seed, acc in accs.items():
+        write_job(tmp_path / "b_two" / f"seed={seed}", seed, acc, devices=2)
+    write_job(tmp_path / "a_one" / "0", 1, [0.7, 0.9])
+    write_job(tmp_path / "a_one" / "seed=2", 2, [0.1, 0.1], status="failed")  # left out
+    one, two = study_rows(tmp_path)
+    assert (one["name"], one["finals"], one["sd"]) == ("a_one", [0.9], 0.0)
+    finals = np.array([a[-1] for a in accs.values()])
+    assert two["seeds"] == [1, 2, 3] and two["finals"] == list(finals)
+    assert two["mean"] == np.mean(finals) and np.isclose(two["sd"], np.std(finals, ddof=1))
+    assert np.isclose(two["best_mean"], np.mean([max(a) for a in accs.values()]))
+    assert np.isclose(two["epoch_s"], np.mean([2.0 + s for s in accs]))  # after the first
+
+
+def test_the_command_prints_the_table_and_writes_the_curves(tmp_path):
+    for seed in (1, 2):
+        write_job(tmp_path / "study" / "row" / f"seed={seed}", seed, [0.5, 0.6 + seed / 100])
+    plot = tmp_path / "curves.png"
+    command = [sys.executable, "-m", "multigpu.report.study", str(tmp_path / "study")]
+    result = subprocess.run([*command, "--plot", str(plot)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "| `row` | ddp | 1 | 256 | 0.1 | none | 2 | 0.6150 ± 0.0071 |" in result.stdout
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+    missing = subprocess.run([*command[:-1], str(tmp_path / "nowhere")], capture_output=True)
+    assert missing.returncode == 2 and missing.stderr.decode().count("\n") == 1
