@@ -21,7 +21,13 @@ from pytorch_lightning.strategies import Strategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from multigpu.build import build
-from multigpu.callbacks import DivergenceGuard, EpochHistory, EpochTimer, HParamsSummary
+from multigpu.callbacks import (
+    DivergenceGuard,
+    EpochHistory,
+    EpochTimer,
+    HParamsSummary,
+    PhaseTimer,
+)
 from multigpu.checkpoint import check_fits, check_resumable, load_checkpoint
 from multigpu.checkpoint_io import AtomicCheckpointIO
 from multigpu.ckpt_path import LAST
@@ -130,6 +136,8 @@ def fit(
     start_from(ckpt_path, module, cfg)
     check_classes(module, datamodule)
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
+    if cfg.get("phases"):
+        callbacks.append(PhaseTimer(output_dir / "phases.json"))
     trainer = build_trainer(
         cfg.trainer,
         accelerator=run.accelerator,

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from multigpu.phases import phase
 from multigpu.settings import plain
 
 Network = Callable[[Tensor], Tensor]
@@ -91,7 +92,8 @@ class ImageClassifier(LightningModule):
         module's own network by default, or a data-parallel strategy's scatter, replicas and
         gather. Loss, metrics and logging stay here, once per step."""
         images, labels = batch
-        logits = (network or self.net)(self.layout(images))
+        with phase("forward"):
+            logits = (network or self.net)(self.layout(images))
         loss = F.cross_entropy(logits, labels)
         self.train_acc.update(logits.detach(), labels)  # computed once, at the epoch's end
         batch_size = labels.numel()

@@ -25,6 +25,7 @@ class Top:
     seed: int | None = 42
     ckpt_path: str | None = field(default=None, metadata={"example": "<run>/checkpoints/last.ckpt"})
     check_finite_every_n_steps: int = 10
+    phases: bool = False
 
 
 @dataclass

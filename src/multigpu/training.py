@@ -28,8 +28,9 @@ from multigpu.record import RunRecord
 from multigpu.settings import Machine, Run, plain, resolve_run
 
 log = logging.getLogger(__name__)
-# Where the run reads and writes, not what it computes: left out of the config's digest.
-PLACES = ("hydra", "paths", "ckpt_path", "logger", "callbacks")
+# Where the run reads and writes and what it records besides, not what it computes: left out of
+# the config's digest.
+PLACES = ("hydra", "paths", "ckpt_path", "logger", "callbacks", "phases")
 PLACES_IN = {
     "data": ("root", "source", "download", "num_workers"),
     "trainer": ("default_root_dir",),

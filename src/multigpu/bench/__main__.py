@@ -47,6 +47,13 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
             [*memory, "strategy=scatter_allreduce", f"trainer.devices={n}"],
             {},
         ),
+        (
+            f"scatter_allreduce_x{n}_phases",
+            "train",
+            wide,
+            [*memory, "strategy=scatter_allreduce", f"trainer.devices={n}", "phases=true"],
+            {},
+        ),
     ]
     configs += [
         ("loader_memory", "loader", 0, ["--pipeline", "memory"], {}),

@@ -51,6 +51,13 @@ RATIOS = [
         None,
     ),
     (
+        "2b phase timing cost",
+        "scatter_allreduce_x{replicas}",
+        "scatter_allreduce_x{replicas}_phases",
+        "{replicas} replicas' images/s / the same with phases=true (the most phases timed)",
+        ("<=", 1.05),
+    ),
+    (
         "4 in-memory pipeline",
         "lightning_memory",
         "lightning_torchvision",

@@ -24,7 +24,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = write_report(args.sweep_dir)
     print(to_text(rows), end="")
-    print(f"wrote summary.csv, summary.md, test_acc.png, scaling.png in {args.sweep_dir}")
+    written = "summary.csv, summary.md, test_acc.png, scaling.png"
+    if (args.sweep_dir / "phases.png").is_file():
+        written += ", phases.png"
+    print(f"wrote {written} in {args.sweep_dir}")
     return 1 if incomplete(rows) else 0
 
 

@@ -1,4 +1,5 @@
-"""The sweep's two pictures: test accuracy per epoch, and throughput/speedup per device count."""
+"""The sweep's pictures: test accuracy per epoch, throughput/speedup per device count, and (for
+jobs run with ``phases=true``) where each job's step time goes."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multigpu.atomic import atomic_file  # noqa: E402
+from multigpu.phases import in_order  # noqa: E402
 
 
 def save(fig, path: Path) -> None:
@@ -95,3 +97,40 @@ def scaling_figure(rows: list[dict[str, Any]]) -> Figure:
 
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     save(scaling_figure(rows), path)
+
+
+def phases_figure(bars: list[tuple[str, dict[str, float]]]) -> Figure:
+    """One horizontal bar per job, ms per step stacked by phase in timeline order; the wait
+    for data between steps first, hatched."""
+    names: list[str] = []
+    for _, phases in bars:
+        names += [n for n in phases if n not in names]
+    names = in_order(names)
+    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * max(len(bars), 1)))
+    colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    lefts = [0.0] * len(bars)
+    for i, name in enumerate(names):
+        widths = [phases.get(name, 0.0) for _, phases in bars]
+        ax.barh(
+            range(len(bars)),
+            widths,
+            left=lefts,
+            label=name,
+            color=colors(i % colors.N),
+            hatch="//" if name == "data" else None,
+            edgecolor="white",
+        )
+        lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
+    ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    ax.invert_yaxis()  # jobs top-down in sweep order
+    ax.set_xlabel("ms per step (mean over the timed steps)")
+    ax.set_title("Where a step's time goes")
+    ax.set_xlim(left=0)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, ncol=min(len(names), 7), loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    fig.tight_layout()
+    return fig
+
+
+def plot_phases(bars: list[tuple[str, dict[str, float]]], path: Path) -> None:
+    save(phases_figure(bars), path)

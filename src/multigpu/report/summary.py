@@ -57,12 +57,16 @@ def row_label(row: dict[str, Any]) -> str:
 
 
 def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``metrics.json`` below ``sweep_dir``, in job order."""
+    """Every ``metrics.json`` below ``sweep_dir``, in job order, with the ``phases.json``
+    beside it as ``phases`` (runs with ``phases=true``)."""
     sweep_dir = Path(sweep_dir)
     jobs = []
     for path in sweep_dir.rglob("metrics.json"):
         metrics = upgrade(json.loads(path.read_text()))
         metrics["job"] = str(path.parent.relative_to(sweep_dir))
+        phases = path.with_name("phases.json")
+        if phases.is_file():
+            metrics["phases"] = json.loads(phases.read_text())
         jobs.append(metrics)
     return sorted(jobs, key=lambda m: (len(m["job"]), m["job"]))
 
@@ -131,12 +135,28 @@ def summarize_jobs(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "efficiency": None,
             "reason": job.get("reason") or "",
         }
+        phases = job.get("phases") or {}
+        row["step_ms"] = (phases.get("step_ms") or {}).get("mean_ms")
+        for name, stats in (phases.get("phases") or {}).items():
+            row[f"{name}_ms"] = stats["mean_ms"]
         base = _baseline(job, single) if job.get("samples_per_s") else None
         if base is not None:
             row["speedup"] = job["samples_per_s"] / base["samples_per_s"]
             row["efficiency"] = row["speedup"] / devices if devices else None
         rows.append(row)
     return rows
+
+
+def phase_columns(rows: list[dict[str, Any]]) -> list[str]:
+    """``step_ms`` and each phase's ``<name>_ms`` that any job timed, in timeline order."""
+    names: list[str] = []
+    for row in rows:
+        names += [k for k in row if k.endswith("_ms") and k not in names and k != "step_ms"]
+    return ["step_ms", *names] if names else []
+
+
+def columns(rows: list[dict[str, Any]]) -> list[str]:
+    return COLUMNS + phase_columns(rows)
 
 
 def _cell(value: Any) -> str:
@@ -149,26 +169,38 @@ def _cell(value: Any) -> str:
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
     out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COLUMNS, lineterminator="\n")
+    names = columns(rows)
+    writer = csv.DictWriter(out, fieldnames=names, lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: "" if row[k] is None else row[k] for k in COLUMNS})
+        writer.writerow({k: "" if row.get(k) is None else row[k] for k in names})
     return out.getvalue()
 
 
+def _tables(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """The columns of each table shown to people: the jobs, then (when timed) the phases in
+    ms per step, which would not fit beside them."""
+    main = [c for c in COLUMNS if c != "reason" or any(r["reason"] for r in rows)]
+    phases = phase_columns(rows)
+    return [main, ["job", "strategy", "devices", *phases]] if phases else [main]
+
+
 def to_markdown(rows: list[dict[str, Any]]) -> str:
-    columns = [c for c in COLUMNS if c != "reason" or any(r["reason"] for r in rows)]
-    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
-    for row in rows:
-        lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
-    return "\n".join(lines) + "\n"
+    tables = []
+    for names in _tables(rows):
+        lines = ["| " + " | ".join(names) + " |", "|" + " --- |" * len(names)]
+        lines += ["| " + " | ".join(_cell(row.get(c)) for c in names) + " |" for row in rows]
+        tables.append("\n".join(lines) + "\n")
+    return "\n".join(tables)
 
 
 def to_text(rows: list[dict[str, Any]]) -> str:
-    """A fixed-width table for the terminal."""
-    columns = [c for c in COLUMNS if c != "reason" or any(r["reason"] for r in rows)]
-    cells = [[_cell(r[c]) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(line.rstrip() for line in lines) + "\n"
+    """Fixed-width tables for the terminal."""
+    tables = []
+    for names in _tables(rows):
+        cells = [[_cell(r.get(c)) for c in names] for r in rows]
+        widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(names)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(names, widths, strict=True))]
+        lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+        tables.append("\n".join(line.rstrip() for line in lines) + "\n")
+    return "\n".join(tables)

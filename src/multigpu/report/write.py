@@ -1,4 +1,5 @@
-"""A sweep's report files: ``summary.csv``, ``summary.md``, ``test_acc.png``, ``scaling.png``."""
+"""A sweep's report files: ``summary.csv``, ``summary.md``, ``test_acc.png``, ``scaling.png``,
+and ``phases.png`` when its jobs timed their phases."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from multigpu.atomic import write_atomically
-from multigpu.report.plots import plot_scaling, plot_test_accuracy
+from multigpu.report.plots import plot_phases, plot_scaling, plot_test_accuracy
 from multigpu.report.summary import load_jobs, row_label, summarize_jobs, to_csv, to_markdown
 
 
@@ -20,4 +21,11 @@ def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
     curves = [(row_label(row), job.get("history", [])) for row, job in zip(rows, jobs, strict=True)]
     plot_test_accuracy(curves, sweep_dir / "test_acc.png")
     plot_scaling(rows, sweep_dir / "scaling.png")
+    bars = [
+        (row_label(row), {n: p["mean_ms"] for n, p in job["phases"]["phases"].items()})
+        for row, job in zip(rows, jobs, strict=True)
+        if job.get("phases")
+    ]
+    if bars:
+        plot_phases(bars, sweep_dir / "phases.png")
     return rows

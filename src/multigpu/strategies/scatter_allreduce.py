@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from multigpu.phases import phase
 from multigpu.strategies.comm import (
     FlatBuffer,
     FlatBuffers,
@@ -114,13 +115,16 @@ class ScatterAllreduceStrategy(InProcessStrategy):
     def run_network(self, images: Tensor) -> Tensor:
         sizes = split_sizes(len(images), len(self.replicas), self.split_weights)
         self._active = [i for i, size in enumerate(sizes) if size]  # a short batch uses fewer
-        shards = scatter(
-            images,
-            [sizes[i] for i in self._active],
-            [self.parallel_devices[i] for i in self._active],
-        )
-        outputs = self.run_replicas(shards)
-        gathered = gather(outputs, self.root_device)
+        with phase("scatter"):
+            shards = scatter(
+                images,
+                [sizes[i] for i in self._active],
+                [self.parallel_devices[i] for i in self._active],
+            )
+        with phase("replicas"):
+            outputs = self.run_replicas(shards)
+        with phase("gather"):
+            gathered = gather(outputs, self.root_device)
         self._trace(shards, outputs, gathered)
         return gathered
 
@@ -158,7 +162,8 @@ class ScatterAllreduceStrategy(InProcessStrategy):
         closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
         self._bind_root_grads()
         self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
-        self.reduce_gradients()
+        with phase("reduce"):
+            self.reduce_gradients()
         closure_loss = self.precision_plugin.post_backward(closure_loss, module)
         self.post_backward(closure_loss)
         return closure_loss
@@ -196,7 +201,8 @@ class ScatterAllreduceStrategy(InProcessStrategy):
     @override
     def optimizer_step(self, optimizer: Optimizer, closure: Any, model: Any = None, **kwargs: Any):
         result = super().optimizer_step(optimizer, closure, model, **kwargs)
-        self.sync_replicas()
+        with phase("broadcast"):
+            self.sync_replicas()
         return result
 
     @override
