@@ -51,10 +51,19 @@ def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **mac
 
 def run_script(script: str, *args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
     """Run ``python <script> args`` as a user would, in ``cwd``; return the CompletedProcess."""
+    return run_python(str(REPO / script), *args, cwd=cwd, timeout=timeout, env=env)
+
+
+def run_module(module: str, *args: str, cwd: Path, timeout: float = 300):
+    """Run ``python -m <module> args`` as a user would, in ``cwd``."""
+    return run_python("-m", module, *args, cwd=cwd, timeout=timeout)
+
+
+def run_python(*args: str, cwd: Path, timeout: float, env: dict | None = None):
     full_env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
     return subprocess.run(
-        [sys.executable, str(REPO / script), *args],
+        [sys.executable, *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,

@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
@@ -43,11 +44,13 @@ class PhaseTimer(Callback):
         self.epoch = PhaseStats()
         self.epochs: list[dict[str, Any]] = []  # each epoch's means, every step counted
         self._seen = 0
+        self.threads = 0
 
     # The clock's life ------------------------------------------------------------------------
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.clock = PhaseClock(trainer.strategy.root_device)
+        self.threads = torch.get_num_threads()  # what the cost model's CPU check needs
         phases.activate(self.clock)
         time_allreduce(trainer.strategy.model, self.clock)
 
@@ -127,6 +130,7 @@ class PhaseTimer(Callback):
             "clock": "CUDA events" if self.clock.cuda else "wall clock",
             "steps": self.run.steps,
             "skipped_steps": self.skip_steps,
+            "threads": self.threads,
             "step_ms": ms(step),
             "phases": {name: ms(stats) for name, stats in summary.items() if name != OVERLAP},
             "beside": {name: ms(stats) for name, stats in summary.items() if name == OVERLAP},
