@@ -104,10 +104,12 @@ def test_free_communication_scales_perfectly_and_shared_compute_not_at_all():
 def test_link_fit_recovers_latency_and_bandwidth():
     alpha, beta = 3e-5, 2.5e9
     for share, messages in ((1.0, 1), (1.5, 6)):  # a copy; a ring allreduce over 4
-        small, large = (messages * alpha + share * size / beta for size in SIZES)
-        link = fit_link("fitted", small, large, share=share, messages=messages)
+        times = [messages * alpha + share * size / beta for size in SIZES]
+        link = fit_link("fitted", times, share=share, messages=messages)
         assert link.alpha_s == pytest.approx(alpha)
         assert link.beta == pytest.approx(beta)
+    noisy = [t * (1.02 if i % 2 else 0.98) for i, t in enumerate(times)]
+    assert fit_link("noisy", noisy, 1.5, 6).beta == pytest.approx(beta, rel=0.05)
 
 
 def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):

@@ -69,6 +69,11 @@ class PhaseTimer(Callback):
         self.clock.resume()
 
     @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self.clock is not None:  # evaluation inside an epoch is no step's data wait
+            self.clock.resume()
+
+    @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.clock.start_step("loss")
 

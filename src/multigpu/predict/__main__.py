@@ -145,6 +145,7 @@ def check(sweep_dir: Path) -> list[dict[str, Any]]:
         cluster = Cluster(devices, job["run"].get("num_nodes", 1), link, link, concurrent)
         predicted = predict(strategy, work, cluster, job["run"]["batch_size"])
         measured = job["phases"]["step_ms"]["mean_ms"] / 1000
+        phases = job["phases"]["phases"]
         rows.append(
             {
                 "job": job["job"],
@@ -154,20 +155,33 @@ def check(sweep_dir: Path) -> list[dict[str, Any]]:
                 "predicted_ms": step_s(predicted) * 1000,
                 "error": step_s(predicted) / measured - 1,
                 "phases": predicted,
+                "measured_phases": {n: p["mean_ms"] / 1000 for n, p in phases.items()},
                 "link": link,
             }
         )
     return rows
 
 
+COMMUNICATION = ("scatter", "replicate", "gather", "reduce", "allreduce_wait", "broadcast")
+
+
 def print_check(rows: list[dict[str, Any]]) -> None:
-    print("job".ljust(40) + "measured ms".rjust(13) + "predicted ms".rjust(14) + "error".rjust(9))
+    """The step, then each communication phase as measured / predicted (ms)."""
+    header = "job".ljust(40) + "measured ms".rjust(13) + "predicted ms".rjust(14)
+    print(header + "error".rjust(9) + "   communication, ms measured / predicted")
     for r in rows:
+        measured = r["measured_phases"]
+        comm = ", ".join(
+            f"{name} {measured.get(name, 0.0) * 1000:.2f} / {r['phases'][name] * 1000:.2f}"
+            for name in COMMUNICATION
+            if name in r["phases"]
+        )
         print(
             r["job"].ljust(40)
             + f"{r['measured_ms']:.1f}".rjust(13)
             + f"{r['predicted_ms']:.1f}".rjust(14)
             + f"{r['error']:+.0%}".rjust(9)
+            + f"   {comm}"
         )
     if rows:
         mean_abs = sum(abs(r["error"]) for r in rows) / len(rows)

@@ -16,7 +16,9 @@ import torch.multiprocessing as mp
 from multigpu.predict.cost_model import Link, Workload
 
 INPUT_BYTES = 1 * 28 * 28 * 4  # one normalised Fashion-MNIST image, float32
-SIZES = (4 * 1024, 16 * 2**20)  # a small and a large message: alpha from one, beta from both
+# Message sizes, 4 KiB to 16 MiB: a line through their times gives alpha (its intercept)
+# and beta (its slope).
+SIZES = (4 * 2**10, 256 * 2**10, 2 * 2**20, 8 * 2**20, 16 * 2**20)
 
 
 def network_bytes(width: int) -> tuple[int, int]:
@@ -47,13 +49,18 @@ def workload_from_run(name: str, phases: dict[str, Any], run: dict[str, Any]) ->
     )
 
 
-def fit_link(name: str, small: float, large: float, share: float = 1.0, messages: int = 1) -> Link:
-    """alpha and beta from the times of the two ``SIZES``, for an operation that takes
-    ``messages * alpha + share * size / beta`` (a copy: 1 and 1; a ring allreduce over N:
-    ``2 (N - 1)`` messages and a share of ``2 (N - 1) / N``)."""
-    beta = share * (SIZES[1] - SIZES[0]) / max(large - small, 1e-12)
-    alpha = max(small - share * SIZES[0] / beta, 0.0) / messages
-    return Link(name, alpha, beta)
+def fit_link(
+    name: str, times: list[float], share: float = 1.0, messages: int = 1, sizes=SIZES
+) -> Link:
+    """alpha and beta from the times of ``sizes`` by least squares, for an operation that
+    takes ``messages * alpha + share * size / beta`` (a copy: 1 and 1; a ring allreduce over
+    N: ``2 (N - 1)`` messages and a share of ``2 (N - 1) / N``)."""
+    n = len(sizes)
+    mean_x, mean_y = sum(sizes) / n, sum(times) / n
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, times, strict=True))
+    slope /= sum((x - mean_x) ** 2 for x in sizes)
+    intercept = mean_y - slope * mean_x
+    return Link(name, max(intercept, 0.0) / messages, share / max(slope, 1e-15))
 
 
 def _median_time(op, repeats: int) -> float:
@@ -72,7 +79,7 @@ def copy_link(repeats: int = 20) -> Link:
     for size in SIZES:
         src, dst = torch.ones(size // 4), torch.empty(size // 4)
         timed.append(_median_time(lambda s=src, d=dst: d.copy_(s), repeats))
-    return fit_link("memory copy (this machine)", *timed)
+    return fit_link("memory copy (this machine)", timed)
 
 
 def _allreduce_worker(rank: int, world: int, init_file: str, repeats: int, out: Any) -> None:
@@ -103,4 +110,4 @@ def gloo_link(repeats: int = 10) -> Link:
         timed = out.get(timeout=120)
         for process in processes:
             process.join(timeout=60)
-    return fit_link("gloo, 2 processes (this machine)", *timed, share=1.0, messages=2)
+    return fit_link("gloo, 2 processes (this machine)", timed, share=1.0, messages=2)

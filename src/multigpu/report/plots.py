@@ -99,37 +99,51 @@ def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     save(scaling_figure(rows), path)
 
 
+COMPUTE = ("forward", "replicas", "backward")  # the network's own work
+
+
 def phases_figure(bars: list[tuple[str, dict[str, float]]]) -> Figure:
-    """One horizontal bar per job, ms per step stacked by phase in timeline order; the wait
-    for data between steps first, hatched."""
+    """One horizontal bar per job, ms per step stacked by phase in a step's order (the wait
+    for data between steps first, hatched); on the right the same without the network's
+    compute, zoomed, where the strategies differ."""
     names: list[str] = []
     for _, phases in bars:
         names += [n for n in phases if n not in names]
     names = in_order(names)
-    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * max(len(bars), 1)))
     colors = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
+    color = {name: colors(i % colors.N) for i, name in enumerate(names)}
+    fig, (whole, rest) = plt.subplots(
+        1, 2, figsize=(13, 1.8 + 0.45 * max(len(bars), 1)), width_ratios=(3, 2), sharey=True
+    )
+    _stack(whole, bars, names, color)
+    _stack(rest, bars, [n for n in names if n not in COMPUTE], color)
+    whole.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
+    whole.invert_yaxis()  # jobs top-down in sweep order
+    whole.set_title("Where a step's time goes")
+    rest.set_title("Zoomed: all but " + ", ".join(COMPUTE), fontsize=10)
+    handles, labels = whole.get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, ncol=min(len(names), 7), loc="lower center")
+    fig.tight_layout(rect=(0, 0.1 + 0.03 * (len(names) > 7), 1, 1))
+    return fig
+
+
+def _stack(ax, bars, names: list[str], color: dict) -> None:
     lefts = [0.0] * len(bars)
-    for i, name in enumerate(names):
+    for name in names:
         widths = [phases.get(name, 0.0) for _, phases in bars]
         ax.barh(
             range(len(bars)),
             widths,
             left=lefts,
             label=name,
-            color=colors(i % colors.N),
+            color=color[name],
             hatch="//" if name == "data" else None,
             edgecolor="white",
         )
         lefts = [a + b for a, b in zip(lefts, widths, strict=True)]
-    ax.set_yticks(range(len(bars)), [label for label, _ in bars], fontsize=8)
-    ax.invert_yaxis()  # jobs top-down in sweep order
     ax.set_xlabel("ms per step (mean over the timed steps)")
-    ax.set_title("Where a step's time goes")
     ax.set_xlim(left=0)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(fontsize=8, ncol=min(len(names), 7), loc="upper center", bbox_to_anchor=(0.5, -0.2))
-    fig.tight_layout()
-    return fig
 
 
 def plot_phases(bars: list[tuple[str, dict[str, float]]], path: Path) -> None:
