@@ -2,7 +2,8 @@
 with two replicas on the same GPU, ``trainer.devices=[0,0]``; DDP with one NCCL process), two
 replicas equal one device, the in-memory pipeline keeps its data on the GPU and gives the
 torchvision pipeline's result, channels_last and compile run under every strategy, and a
-checkpoint written on CUDA gives the same accuracy on the CPU. Skipped without CUDA;
+checkpoint written on CUDA gives the same accuracy on the CPU, and per-phase timing with CUDA
+events adds up to the epoch under every strategy. Skipped without CUDA;
 ``python -m multigpu.acceptance`` runs them where there is one."""
 
 from __future__ import annotations
@@ -147,3 +148,17 @@ def test_a_cuda_checkpoint_evaluates_alike_on_the_cpu(tmp_path, data_root):
         accuracy[accelerator] = json.loads(result.stdout.strip().splitlines()[-1])["test_acc"]
     assert accuracy["cpu"] == pytest.approx(accuracy["gpu"], abs=2 / 512)  # a flip or two
     assert accuracy["gpu"] == pytest.approx(recorded["test_acc"], abs=2 / 512)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+def test_phases_on_cuda_add_up_to_the_epoch(strategy, tmp_path):
+    """CUDA events, read once per interval: the phases of every step still add up to the
+    epoch time measured beside them (``tests/test_phases.py`` checks the same on the CPU)."""
+    overrides = [*SMALL, *STRATEGIES[strategy], "trainer.max_epochs=2", "phases=true"]
+    recorded = run_on_gpu(tmp_path, *overrides)
+    phases = json.loads((tmp_path / "phases.json").read_text())
+    assert phases["clock"] == "CUDA events"
+    assert {"data", "loss", "backward", "optimizer"} <= set(phases["phases"])
+    for epoch, record in zip(phases["epochs"], recorded["history"], strict=True):
+        summed = sum(epoch["phases_ms"].values()) * epoch["steps"] / 1000
+        assert summed == pytest.approx(record["epoch_s"], rel=0.10), (epoch, record)

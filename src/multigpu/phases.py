@@ -177,12 +177,14 @@ class PhaseClock:
         return len(self._finished)
 
     def collect(self) -> list[StepTimes]:
-        """The finished steps' times, in seconds; on CUDA this waits for the last event."""
+        """The finished steps' times, in seconds; on CUDA this waits for the device."""
         steps, self._finished = self._finished, []
         if not steps:
             return []
-        if self.cuda:
-            steps[-1].spans[-1][2].synchronize()
+        if self.cuda:  # every stream, including the ones DDP's allreduce ran on
+            import torch
+
+            torch.cuda.synchronize()
         return [self._seconds(step) for step in steps]
 
     def _seconds(self, step: Step) -> StepTimes:
