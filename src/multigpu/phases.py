@@ -11,7 +11,7 @@ only in ``collect()``, once per logging interval: no synchronisation per step.
 
 Nothing is recorded unless a clock is active (``PhaseTimer`` activates one with
 ``phases=true``); ``phase`` then costs a ``nullcontext``. Under ``torch.profiler`` (for
-instance ``trainer.profiler=pytorch``) every phase is also a ``record_function`` range, so
+instance ``+trainer.profiler=pytorch``) every phase is also a ``record_function`` range, so
 traces show the same names.
 """
 
