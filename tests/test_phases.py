@@ -116,7 +116,11 @@ STRATEGIES = {
 SMALL = [*TINY, "data=synthetic", "data.num_train=512", "data.batch_size=64", "seed=3"]
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name",
+    [n if n != "ddp" else pytest.param(n, marks=pytest.mark.distributed) for n in STRATEGIES],
+)
 def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
     overrides, expected = STRATEGIES[name]
     args = [*SMALL, *overrides, "trainer.max_epochs=2", "phases=true", f"hydra.run.dir={tmp_path}"]
@@ -151,7 +155,10 @@ def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
     return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
 
 
-@pytest.mark.parametrize("name", ["scatter_allreduce", "ddp"])
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "name", ["scatter_allreduce", pytest.param("ddp", marks=pytest.mark.distributed)]
+)
 def test_timing_phases_changes_no_weight(tmp_path, name):
     overrides, _ = STRATEGIES[name]
     weights = {}

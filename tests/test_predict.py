@@ -112,6 +112,7 @@ def test_link_fit_recovers_latency_and_bandwidth():
     assert fit_link("noisy", noisy, 1.5, 6).beta == pytest.approx(beta, rel=0.05)
 
 
+@pytest.mark.subprocess
 def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):
     result = run_module("multigpu.predict", "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -123,6 +124,7 @@ def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
 
 
+@pytest.mark.subprocess
 def test_check_against_a_real_sweep_of_this_machine(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["-m", *TINY, "data=synthetic", "data.num_train=512", "data.batch_size=64"]
