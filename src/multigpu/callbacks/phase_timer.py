@@ -32,15 +32,16 @@ WAIT, OVERLAP = "allreduce_wait", "allreduce_overlap"
 
 class PhaseTimer(Callback):
     """``skip_steps``: the run's first steps (allocation, autotuning, compilation) are left
-    out of the statistics; ``read_every``: steps between reads of the clock (on CUDA, the one
-    point where the host waits for the device)."""
+    out of the statistics, unless the run has no more; ``read_every``: steps between reads of
+    the clock (on CUDA, the one point where the host waits for the device)."""
 
     def __init__(self, path: str | Path, skip_steps: int = 5, read_every: int = 50):
         self.path = Path(path)
         self.skip_steps = skip_steps
         self.read_every = read_every
         self.clock: PhaseClock | None = None
-        self.run = PhaseStats()
+        self.run = PhaseStats()  # after the skipped steps
+        self.every = PhaseStats()  # every step: what a run shorter than the skip reports
         self.epoch = PhaseStats()
         self.epochs: list[dict[str, Any]] = []  # each epoch's means, every step counted
         self._seen = 0
@@ -121,6 +122,7 @@ class PhaseTimer(Callback):
             self._seen += 1
             times, beside = split_allreduce(step)
             self.epoch.add(times, beside)
+            self.every.add(times, beside)
             if self._seen > self.skip_steps:
                 self.run.add(times, beside)
 
@@ -128,13 +130,14 @@ class PhaseTimer(Callback):
         def ms(stats: tuple[float, float]) -> dict[str, float]:
             return {"mean_ms": round(stats[0] * 1000, 4), "sd_ms": round(stats[1] * 1000, 4)}
 
-        summary = self.run.summary()
-        step = self.run.step_summary()
+        stats, skipped = (self.run, self.skip_steps) if self.run.steps else (self.every, 0)
+        summary = stats.summary()
+        step = stats.step_summary()
         return {
             "schema": SCHEMA,
             "clock": "CUDA events" if self.clock.cuda else "wall clock",
-            "steps": self.run.steps,
-            "skipped_steps": self.skip_steps,
+            "steps": stats.steps,
+            "skipped_steps": skipped,
             "threads": self.threads,
             "step_ms": ms(step),
             "phases": {name: ms(stats) for name, stats in summary.items() if name != OVERLAP},
