@@ -124,7 +124,11 @@ def check(sweep_dir: Path) -> list[dict[str, Any]]:
     from multigpu.predict.measure import copy_link, gloo_link, workload_from_run
     from multigpu.report.summary import device_count, load_jobs
 
-    jobs = [j for j in load_jobs(sweep_dir) if j.get("phases") and j.get("status") == "completed"]
+    jobs = [
+        j
+        for j in load_jobs(sweep_dir)
+        if j.get("status") == "completed" and (j.get("phases") or {}).get("steps")
+    ]  # runs that timed at least one step
     one = {j["run"]["strategy"]: j for j in jobs if device_count(j) == 1}
     links: dict[str, Link] = {}
     rows = []
