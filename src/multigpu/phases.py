@@ -33,6 +33,8 @@ DATA = "data"  # between steps: waiting for the next batch
 ORDER = (DATA, "loss", "forward", "scatter", "replicate", "replicas", "gather", "backward",
          "reduce", "allreduce_wait", OTHER, "optimizer", "broadcast")  # fmt: skip
 
+COMPUTE = ("forward", "replicas", "backward")  # the network's own work; the rest is overhead
+
 _active: PhaseClock | None = None
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -46,14 +47,13 @@ def gpu_workloads(images_per_s: float, fixed_ms: float) -> list[Workload]:
         input_bytes_per_sample=INPUT_BYTES,
         output_bytes_per_sample=40,
     )
-    larger = Workload(
-        "10x larger (112 M parameters, 10x the compute)",
-        compute_s_per_sample=10 / images_per_s,
-        fixed_s=10 * fixed_ms / 1000,
+    larger = replace(
+        base,
+        name="10x larger (112 M parameters, 10x the compute)",
+        compute_s_per_sample=10 * base.compute_s_per_sample,
+        fixed_s=10 * base.fixed_s,
         param_bytes=10 * params,
         buffer_bytes=10 * buffers,
-        input_bytes_per_sample=INPUT_BYTES,
-        output_bytes_per_sample=40,
     )
     return [base, larger]
 

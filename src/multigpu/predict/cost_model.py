@@ -30,7 +30,6 @@ import math
 from dataclasses import dataclass
 
 MiB = 2**20
-STRATEGIES = ("single", "ddp", "scatter_allreduce", "dp")
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from multigpu.phases import COMPUTE, DATA
 from multigpu.predict.cost_model import Link, Workload
 
 INPUT_BYTES = 1 * 28 * 28 * 4  # one normalised Fashion-MNIST image, float32
@@ -35,8 +36,8 @@ def workload_from_run(name: str, phases: dict[str, Any], run: dict[str, Any]) ->
     """Per-sample compute and per-step fixed work from a one-device run's ``phases.json``:
     the network's forward and backward scale with the batch, the rest of the step does not."""
     means = {n: p["mean_ms"] / 1000 for n, p in phases["phases"].items()}
-    compute = sum(means.get(n, 0.0) for n in ("forward", "replicas", "backward"))
-    fixed = sum(s for n, s in means.items() if n not in ("forward", "replicas", "backward", "data"))
+    compute = sum(means.get(n, 0.0) for n in COMPUTE)
+    fixed = sum(s for n, s in means.items() if n not in (*COMPUTE, DATA))
     params, buffers = network_bytes(run["width"])
     return Workload(
         name=name,

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from multigpu.atomic import atomic_file  # noqa: E402
-from multigpu.phases import in_order  # noqa: E402
+from multigpu.phases import COMPUTE, in_order  # noqa: E402
 
 
 def save(fig, path: Path) -> None:
@@ -97,9 +97,6 @@ def scaling_figure(rows: list[dict[str, Any]]) -> Figure:
 
 def plot_scaling(rows: list[dict[str, Any]], path: Path) -> None:
     save(scaling_figure(rows), path)
-
-
-COMPUTE = ("forward", "replicas", "backward")  # the network's own work
 
 
 def phases_figure(bars: list[tuple[str, dict[str, float]]]) -> Figure:
