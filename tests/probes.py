@@ -94,6 +94,19 @@ class HangOnRank(Callback):
             time.sleep(self.seconds)
 
 
+class SlowToFail(Callback):
+    """Rank 0 takes ``seconds`` to handle an error, as a loaded machine's teardown can: longer
+    than Lightning's observer waits before killing it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    @override
+    def on_exception(self, trainer, pl_module, exception) -> None:
+        if trainer.global_rank == 0:
+            time.sleep(self.seconds)
+
+
 class SlowAfterEpoch(Callback):
     """Sleeps after every step from a given epoch on, so a test can signal mid-epoch."""
 

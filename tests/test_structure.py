@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import threading
 from pathlib import Path
 
 import pytest
@@ -67,9 +68,11 @@ def project_classes() -> list[type]:
     from lightning_fabric.plugins import CheckpointIO
     from pytorch_lightning import Callback, LightningDataModule, LightningModule
     from pytorch_lightning.strategies import Strategy
+    from pytorch_lightning.strategies.launchers.launcher import _Launcher
     from torch.utils.data import Sampler
 
     lightning = (Callback, CheckpointIO, LightningDataModule, LightningModule, Strategy, Sampler)
+    lightning += (_Launcher, threading.Thread)
     classes = []
     for name in package_modules():
         if name.endswith("__main__"):

@@ -42,6 +42,11 @@ class WriteFailed(RunStopped):
         self.errno = errno
 
 
+class PeerFailed(RunStopped):
+    """Another process of a DDP run failed first; this one stopped because it had gone (its
+    own error is printed in its output)."""
+
+
 class Interrupted(RunStopped):
     """Ctrl-C or SIGTERM: the run stopped after its current step and can be resumed."""
 

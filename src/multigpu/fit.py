@@ -31,14 +31,15 @@ from multigpu.callbacks import (
 from multigpu.checkpoint import check_fits, check_resumable, load_checkpoint
 from multigpu.checkpoint_io import AtomicCheckpointIO
 from multigpu.ckpt_path import LAST
-from multigpu.errors import Interrupted, UserError, WriteFailed, add_note
+from multigpu.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
 from multigpu.interrupts import after_training_notice
 from multigpu.launch import requeue_on_warning, slurm_started
 from multigpu.module import ImageClassifier
-from multigpu.outcome import summary_line
+from multigpu.outcome import Outcome, summary_line
 from multigpu.quiet import quiet
 from multigpu.record import RunRecord
 from multigpu.settings import IN_PROCESS, ONE_DEVICE, Run, plain
+from multigpu.strategies.ddp import BoundedDDPStrategy
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +132,8 @@ def fit(
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
     strategy = build_strategy(cfg.strategy, run)
+    if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
+        strategy.record_failure = lambda reason: record.finish(Outcome("failed", reason, 1))
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     start_from(ckpt_path, module, cfg)
@@ -173,6 +176,12 @@ def fit(
     except WriteFailed as err:
         add_note(err, resume_hint(output_dir))
         raise
+    except RuntimeError as err:  # a collective's, when the process that failed was another
+        peer = getattr(strategy, "peer_failure", None)
+        if peer is None:
+            raise
+        cause = f"{type(err).__name__}: {summary_line(str(err))}"
+        raise PeerFailed(f"{peer}; rank 0 then stopped with {cause}") from err
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint_handler)

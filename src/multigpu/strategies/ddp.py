@@ -6,21 +6,60 @@ processes is resolved with the run's settings (``multigpu.settings.launcher``).
 
 A dying process must not leave the others waiting: a peer that exits closes its connections,
 so the others fail at their next collective; one that hangs is given up on after
-``timeout_s``; and when rank 0 fails for any reason it kills the processes it started.
+``timeout_s``; and when rank 0 fails for any reason it kills the processes it started. When it
+started them itself, it names the one that failed first (``peer_watch``).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 from lightning_fabric.plugins.environments import TorchElasticEnvironment
+from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies import DDPStrategy
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
-from pytorch_lightning.trainer.connectors.signal_connector import _get_sigkill_signal
+from pytorch_lightning.trainer.connectors.signal_connector import _SIGNUM, _get_sigkill_signal
 from typing_extensions import override
+
+from multigpu.strategies.peer_watch import PeerWatch
+
+# How long rank 0, failing in a collective, waits to see which peer has exited: its sockets
+# close a moment before the process is seen to have ended.
+PEER_EXIT_S = 3.0
+
+
+class WatchedScriptLauncher(_SubprocessScriptLauncher):
+    """Lightning's launcher of one ``train.py`` per further device, with ``PeerWatch`` in place
+    of its observer (which kills rank 0 while it records how the run ended)."""
+
+    def __init__(self, *args: Any, grace_s: float, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.grace_s = grace_s
+        self.give_up: Callable[[str], None] | None = None  # records the run failed
+        self.watch: PeerWatch | None = None  # rank 0's, once it has started the others
+
+    @override
+    def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        """Lightning 2.6's ``launch``, starting our watch instead of its observer."""
+        self.cluster_environment.validate_settings(self.num_processes, self.num_nodes)
+        if not self.cluster_environment.creates_processes_externally:
+            self._call_children_scripts()
+            first = self.cluster_environment.node_rank() * self.num_processes + 1
+            self.watch = PeerWatch(self.procs, first, self.grace_s, self.give_up)
+            self.watch.start()
+        _set_num_threads_if_needed(num_processes=self.num_processes)
+        return function(*args, **kwargs)
+
+    @override
+    def kill(self, signum: _SIGNUM) -> None:
+        """Stand the watch down (these exits are ours), then signal the started processes."""
+        if self.watch is not None:
+            self.watch.stopped.set()
+        super().kill(signum)
 
 
 class BoundedDDPStrategy(DDPStrategy):
@@ -30,6 +69,22 @@ class BoundedDDPStrategy(DDPStrategy):
 
     def __init__(self, start_method: str = "popen", timeout_s: float = 300, **kwargs: Any):
         super().__init__(start_method=start_method, timeout=timedelta(seconds=timeout_s), **kwargs)
+        self.timeout_s = timeout_s
+        self.record_failure: Callable[[str], None] | None = None  # if rank 0 is stuck
+        self.peer_failure: str | None = None  # the started process that failed first
+
+    @override
+    def _configure_launcher(self) -> None:
+        """Lightning's, with our launcher for ``popen``: rank 0 gets the collective timeout to
+        end the run itself once a peer has failed."""
+        super()._configure_launcher()
+        if isinstance(self._launcher, _SubprocessScriptLauncher):
+            launcher = WatchedScriptLauncher(
+                self.cluster_environment, self.num_processes, self.num_nodes,
+                grace_s=self.timeout_s,
+            )  # fmt: skip
+            launcher.give_up = self.record_failure
+            self._launcher = launcher
 
     @override
     def setup_distributed(self) -> None:
@@ -59,6 +114,13 @@ class BoundedDDPStrategy(DDPStrategy):
 
     @override
     def on_exception(self, exception: BaseException) -> None:
+        """On rank 0 that started the others: note which one failed first, when this error is
+        what a collective raises after a peer has gone; then kill them all."""
         super().on_exception(exception)
-        if isinstance(self.launcher, _SubprocessScriptLauncher) and self.global_rank == 0:
-            self.launcher.kill(_get_sigkill_signal())
+        launcher = self.launcher
+        if not isinstance(launcher, _SubprocessScriptLauncher) or self.global_rank != 0:
+            return
+        watch = getattr(launcher, "watch", None)
+        if watch is not None and isinstance(exception, RuntimeError):
+            self.peer_failure = watch.failed_peer(wait_s=PEER_EXIT_S)
+        launcher.kill(_get_sigkill_signal())

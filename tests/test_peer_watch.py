@@ -1,0 +1,82 @@
+"""``PeerWatch`` over real child processes: it names the first one to fail, stands down when
+rank 0 ends the run itself, and records then kills a rank 0 that is stuck."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from multigpu.strategies.peer_watch import PeerWatch
+
+
+def child(code: int, after_s: float = 0.0) -> subprocess.Popen:
+    program = f"import sys, time; time.sleep({after_s}); sys.exit({code})"
+    return subprocess.Popen([sys.executable, "-c", program])
+
+
+def test_the_first_failed_process_is_named_with_its_global_rank():
+    children = [child(0), child(4, after_s=0.2), child(5, after_s=3)]
+    watch = PeerWatch(children, first_rank=5, grace_s=60)
+    failure = watch.failed_peer(wait_s=10)
+    assert failure == f"rank 6 (pid {children[1].pid}) exited with code 4"
+    assert watch.stopped.is_set()
+    for c in children:
+        c.kill()
+        c.wait()
+
+
+def test_waiting_for_a_failed_peer_ends_when_every_process_succeeded():
+    children = [child(0), child(0)]
+    started = time.monotonic()
+    assert PeerWatch(children, first_rank=1, grace_s=60).failed_peer(wait_s=30) is None
+    assert time.monotonic() - started < 10
+
+
+def test_a_watch_stood_down_kills_nothing():
+    children = [child(3, after_s=0.1)]
+    watch = PeerWatch(children, first_rank=1, grace_s=0.5, poll_s=0.05)
+    watch.start()
+    time.sleep(0.4)  # the failure is seen and the grace begins
+    watch.stopped.set()
+    watch.join(timeout=5)
+    assert not watch.is_alive() and watch.failure is not None  # and this process lives on
+
+
+def test_a_stuck_rank_0_is_recorded_and_killed_after_the_grace(tmp_path):
+    """In a process of its own: the watch ends it with SIGKILL, after recording why."""
+    record = tmp_path / "reason.txt"
+    program = textwrap.dedent(f"""
+        import subprocess, sys, time
+        from pathlib import Path
+        from multigpu.strategies.peer_watch import PeerWatch
+        failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+        healthy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+        Path({str(record)!r}).with_suffix(".pid").write_text(str(healthy.pid))
+        PeerWatch([failing, healthy], 1, grace_s=1, give_up=Path({str(record)!r}).write_text,
+                  poll_s=0.1).start()
+        time.sleep(60)  # stuck outside any collective
+    """)
+    started = time.monotonic()
+    stuck = subprocess.run([sys.executable, "-c", program], capture_output=True, timeout=60)
+    assert stuck.returncode == -signal.SIGKILL, stuck.stderr.decode()[-2000:]
+    assert time.monotonic() - started < 30
+    reason = record.read_text()
+    assert reason.startswith("rank 1 (pid ") and "exited with code 7" in reason
+    assert "rank 0 did not stop within 1 s" in reason
+    healthy_pid = int(record.with_suffix(".pid").read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and alive(healthy_pid):
+        time.sleep(0.1)
+    assert not alive(healthy_pid)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie awaiting its dead parent's reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
