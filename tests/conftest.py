@@ -72,6 +72,15 @@ def run_python(*args: str, cwd: Path, timeout: float, env: dict | None = None):
     )
 
 
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar TensorBoard reads from the event files in ``folder``: tag -> (step, value)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
+
+
 def copy_raw(shared_data: Path, root: Path) -> Path:
     """The four shared ``.gz`` files copied into ``<root>/FashionMNIST/raw`` (to corrupt one)."""
     from multigpu.data.idx import ALL_RAW_FILES

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from conftest import TINY, run_script
+from conftest import TINY, run_script, tensorboard_scalars
 
 from multigpu.callbacks.phase_timer import OVERLAP, WAIT, PhaseStats, split_allreduce
 from multigpu.phases import DATA, OTHER, PhaseClock, StepTimes, union_length
@@ -145,14 +145,6 @@ def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
     assert [step for step, _ in scalars["phase/backward_ms"]] == [1, 2]  # by epoch, from 1
     for (_, value), epoch in zip(scalars["phase/backward_ms"], phases["epochs"], strict=True):
         assert value == pytest.approx(epoch["phases_ms"]["backward"], rel=1e-3)
-
-
-def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(folder))
-    events.Reload()
-    return {t: [(e.step, e.value) for e in events.Scalars(t)] for t in events.Tags()["scalars"]}
 
 
 @pytest.mark.subprocess

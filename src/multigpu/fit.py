@@ -35,7 +35,7 @@ from multigpu.errors import Interrupted, PeerFailed, UserError, WriteFailed, add
 from multigpu.interrupts import after_training_notice
 from multigpu.launch import requeue_on_warning, slurm_started
 from multigpu.module import ImageClassifier
-from multigpu.outcome import Outcome, summary_line
+from multigpu.outcome import summary_line
 from multigpu.quiet import quiet
 from multigpu.record import RunRecord
 from multigpu.settings import IN_PROCESS, ONE_DEVICE, Run, plain
@@ -133,7 +133,7 @@ def fit(
         pl.seed_everything(run.seed, workers=True, verbose=False)
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
-        strategy.record_failure = lambda reason: record.finish(Outcome("failed", reason, 1))
+        strategy.record_failure = record.fail  # a bound method: spawn pickles the strategy
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     start_from(ckpt_path, module, cfg)

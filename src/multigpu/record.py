@@ -132,6 +132,10 @@ class RunRecord:
         self._write(summary)
         return summary
 
+    def fail(self, reason: str) -> dict[str, Any]:
+        """Record a failure this process did not raise (a peer's, seen by rank 0's watch)."""
+        return self.finish(Outcome("failed", reason, 1))
+
     def read(self) -> dict[str, Any] | None:
         try:
             return upgrade(json.loads(self.path.read_text()))
