@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,13 +46,27 @@ def engine_missing(reason: str) -> None:
     pytest.skip(reason)
 
 
+# The name of every job these tests submit, so that none outlives them.
+JOB_NAME = f"multigpu-tests-{os.getpid()}"
+
+
+def queue() -> str:
+    """Every job SLURM lists, one entry each: what a job waiting for resources waits behind."""
+    jobs = ["squeue", "-h", "-o", "%i %j %T %r %M"]
+    listed = subprocess.run(jobs, capture_output=True, text=True)
+    return "; ".join(listed.stdout.splitlines()) or "none"
+
+
 @pytest.fixture(scope="module")
-def slurm() -> None:
+def slurm() -> Iterator[None]:
     if shutil.which("sbatch") is None:
         engine_missing("no Slurm here: scripts/slurm_cluster.sh start (as root) installs one")
     answer = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True)
     if answer.returncode != 0 or not answer.stdout.strip():
         engine_missing("the Slurm cluster does not answer: scripts/slurm_cluster.sh start")
+    yield
+    # A test that failed leaves its job queued or running; the next test run would wait behind it.
+    subprocess.run(["scancel", f"--name={JOB_NAME}"], check=False)
 
 
 def environment(**extra: str) -> dict[str, str]:
@@ -66,7 +81,7 @@ def sbatch(script: str, cwd: Path) -> str:
     path = cwd / "job.sh"
     path.write_text(script)
     out = subprocess.run(
-        ["sbatch", "--parsable", f"--output={cwd}/job.out", str(path)],
+        ["sbatch", "--parsable", f"--job-name={JOB_NAME}", f"--output={cwd}/job.out", str(path)],
         cwd=cwd,
         env=environment(),
         capture_output=True,
@@ -86,10 +101,16 @@ def wait_for(job: str, timeout: float = 300) -> None:
     """Until the job has left the queue; a requeued job held until later starts at once."""
     deadline = time.monotonic() + timeout
     while (current := state(job))[0]:
-        assert time.monotonic() < deadline, f"job {job} still {current}"
+        assert time.monotonic() < deadline, f"job {job} still {current}; queue: {queue()}"
         if current == ("PENDING", "BeginTime"):  # SLURM holds a requeued job for a while
             subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=False)
         time.sleep(1)
+
+
+def job_output(cwd: Path) -> str:
+    """The job's output so far (none before it starts)."""
+    out = cwd / "job.out"
+    return out.read_text()[-3000:] if out.is_file() else "no output yet"
 
 
 def batch_script(overrides: list[str]) -> str:
@@ -116,7 +137,7 @@ def test_sbatch_and_srun_give_one_folder_and_two_ranks(slurm, tmp_path, data_roo
     )
     wait_for(job)
     (run_dir,) = (tmp_path / "outputs").iterdir()  # no hydra.run.dir, and still one folder
-    assert run_dir.name == f"slurm-{job}.0", (tmp_path / "job.out").read_text()[-3000:]
+    assert run_dir.name == f"slurm-{job}.0", job_output(tmp_path)
     recorded = metrics(run_dir)
     assert recorded["status"] == "completed" and recorded["run"]["launcher"] == "cluster"
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
@@ -142,7 +163,8 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root
     run_dir = tmp_path / "outputs" / f"slurm-{job}.0"
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoints" / "last.ckpt").is_file():
-        assert state(job)[0] and time.monotonic() < deadline, (tmp_path / "job.out").read_text()
+        waiting = f"queue: {queue()}; {job_output(tmp_path)}"
+        assert state(job)[0] and time.monotonic() < deadline, waiting
         time.sleep(0.5)
     subprocess.run(["scancel", "--signal=USR1", job], check=True)
     wait_for(job)
