@@ -14,6 +14,7 @@ from test_gpu import STRATEGIES
 pytestmark = pytest.mark.subprocess
 
 
+@pytest.mark.slow
 def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "MULTIGPU_DATA": str(SHARED_DATA)}
     result = subprocess.run(

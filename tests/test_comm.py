@@ -80,6 +80,7 @@ def test_reduce_add_sums_in_place_through_staging():
     assert torch.equal(staging[1], flats[2])  # what crossed "devices" went through staging
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_trace_shapes_shows_the_scatter(tmp_path):
     result = run_script(

@@ -247,7 +247,11 @@ def test_ddp_process_failure_ends_the_run(probe, extra, tmp_path, data_root):
 
 @pytest.mark.parametrize(
     "signum,where",
-    [(signal.SIGTERM, "figures"), (signal.SIGINT, "figures"), (signal.SIGINT, "train_end")],
+    [
+        (signal.SIGTERM, "figures"),
+        (signal.SIGINT, "figures"),
+        pytest.param(signal.SIGINT, "train_end", marks=pytest.mark.slow),
+    ],
     ids=["SIGTERM-figures", "SIGINT-figures", "SIGINT-train_end"],
 )
 def test_a_signal_after_the_last_epoch_leaves_the_run_completed(signum, where, tmp_path, data_root):
@@ -276,6 +280,7 @@ def test_a_signal_after_the_last_epoch_leaves_the_run_completed(signum, where, t
     assert load_checkpoint(run_dir / "checkpoints" / "last.ckpt")["epoch"] == 1
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_named_with_the_one_to_use_instead(
     tmp_path, data_root, uninterrupted
 ):
@@ -309,7 +314,10 @@ def test_a_damaged_checkpoint_is_named_with_the_one_to_use_instead(
         torch.testing.assert_close(got[name], expected_weights[name], rtol=0, atol=1e-6)
 
 
-@pytest.mark.parametrize("precision", ["32-true", "64-true", "bf16-mixed", "bf16-true"])
+@pytest.mark.parametrize(
+    "precision",
+    [pytest.param("32-true", marks=pytest.mark.slow), "64-true", "bf16-mixed", "bf16-true"],
+)
 def test_every_cpu_precision_completes_with_its_figures(precision, tmp_path):
     """Every precision the CPU takes trains, evaluates and draws the test figures under
     Lightning's precision plugin (fp16 is refused on the CPU up front: test_bad_input)."""
@@ -333,6 +341,7 @@ def test_every_cpu_precision_completes_with_its_figures(precision, tmp_path):
     assert b"test/confusion_matrix" in events.read_bytes()
 
 
+@pytest.mark.slow
 def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     """2 epochs of cosine decay over 2 epochs, then resumed with trainer.max_epochs=4: the
     last two epochs follow the cosine over 4 epochs, lr = 0.1 (1 + cos(pi e / 4)) / 2."""

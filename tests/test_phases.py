@@ -149,7 +149,8 @@ def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
-    "name", ["scatter_allreduce", pytest.param("ddp", marks=pytest.mark.distributed)]
+    "name",
+    ["scatter_allreduce", pytest.param("ddp", marks=[pytest.mark.distributed, pytest.mark.slow])],
 )
 def test_timing_phases_changes_no_weight(tmp_path, name):
     overrides, _ = STRATEGIES[name]

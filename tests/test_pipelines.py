@@ -92,6 +92,7 @@ def test_training_through_either_pipeline_ends_with_the_same_weights(tmp_path, d
     assert not torch.equal(memory["0.weight"], plain["0.weight"])  # augmentation took effect
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.subprocess
 def test_pipelines_train_alike_under_ddp(tmp_path, data_root):

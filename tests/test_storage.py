@@ -101,7 +101,11 @@ def test_a_read_only_checkpoint_folder_is_refused_before_training(can_mount, tmp
     assert recorded["epochs"] == 0
 
 
-@pytest.mark.parametrize("free", [200_000, 0], ids=["room_for_the_record", "no_room_at_all"])
+@pytest.mark.parametrize(
+    "free",
+    [200_000, pytest.param(0, marks=pytest.mark.slow)],
+    ids=["room_for_the_record", "no_room_at_all"],
+)
 def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
     """The disk fills when epoch 2 starts: its checkpoint (or already its record) cannot be
     written. Epoch 1's checkpoint is intact, and the run resumes from it elsewhere."""

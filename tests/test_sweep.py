@@ -184,6 +184,7 @@ def test_optuna_and_slurm_configs_compose():
     assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node) == (2, 4)
 
 
+@pytest.mark.slow
 def test_optuna_sweep_runs_trials(tmp_path):
     result = run_script(
         "train.py",
@@ -280,6 +281,7 @@ def test_tensorboard_serves_runs_scalars_and_hparams(sweep):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
     result = run_script(
