@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 
 import torch
@@ -257,3 +258,15 @@ class StepLr(Callback):
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         with open(self.path, "a") as f:
             f.write(f"{optimizer.param_groups[0]['lr']!r}\n")
+
+
+class KillRank(Callback):
+    """SIGKILLs one process of a DDP run at a given step, as the OOM killer would."""
+
+    def __init__(self, rank: int, step: int):
+        self.rank, self.step = rank, step
+
+    @override
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if trainer.global_rank == self.rank and trainer.global_step == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -66,15 +66,62 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     assert "| 1 framework overhead |" in markdown and "| 4 in-memory pipeline |" in markdown
 
 
-def test_bench_refuses_bad_arguments(tmp_path):
+def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.bench", "--steps", "0", "--out", str(tmp_path)],
+        [sys.executable, "-m", "multigpu.bench", "--only", "nosuch", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
     )
-    assert result.returncode == 2 and "--steps must be at least 1" in result.stderr
+    (line,) = result.stderr.splitlines()
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert line.startswith("error: --only nosuch: no such configuration here; use any of ")
+    assert "plain_loop" in line and "lightning_memory" in line
+    assert not list(tmp_path.iterdir())  # nothing ran
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["--steps", "0"], "argument --steps: 0 is not an integer from 1"),
+        (["--warmup", "-1"], "argument --warmup: -1 is not an integer from 1"),
+        (["--repeats", "0"], "argument --repeats: 0 is not an integer from 1 to 1000"),
+        (["--batch", "2.5"], "argument --batch: '2.5' is not an integer"),
+        (["--width", "100000"], "argument --width: 100000 is not an integer from 1 to 2048"),
+        (["--jobs", "0"], "argument --jobs: 0 is not an integer from 1"),
+        (["--replicas", "0"], "argument --replicas: 0"),
+        (["--processes", "0"], "argument --processes: 0"),
+        (["--epochs", "0"], "argument --epochs: 0"),
+        (["--scaling-width", "0"], "argument --scaling-width: 0"),
+        (["--out", "a-file"], "argument --out: a-file is a file, not a folder"),
+        (["--out", "a-file/bench"], "argument --out: a-file is a file, not a folder"),
+        (["--data-source", "nowhere"], "argument --data-source: nowhere is not a folder"),
+        (["--data-root", ""], "argument --data-root: '' is not a path"),
+        (["--only", "plain_loop", "nosuch", "other"], "--only nosuch other: no such"),
+    ],
+)
+def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
+    from multigpu.bench.__main__ import parse_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit) as exit:
+        parse_args(args)
+    said = capsys.readouterr().err
+    assert exit.value.code == 2 and said.startswith("error: ") and said.count("\n") == 1
+    assert text in said
+
+
+def test_every_option_says_its_default(capsys):
+    from multigpu.bench.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for option in ("--batch", "--steps", "--warmup", "--width", "--repeats", "--jobs", "--out"):
+        assert f"{option} " in shown
+    assert shown.count("(default: ") >= 13  # every option but --tiny, whose default is off
 
 
 def test_ratios_pair_the_rounds_both_sides_ran_in():

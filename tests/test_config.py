@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from conftest import CONF, compose_config
+from conftest import CONF, compose_config, resolve_on
 from hydra.utils import instantiate
 
 from multigpu.fit import build_strategy
-from multigpu.training import resolve
 
 
 def options(group: str) -> list[str]:
@@ -38,7 +37,7 @@ def test_defaults_are_the_d2l_settings(tmp_path):
     assert cfg.model.optimizer.momentum == 0 and cfg.model.optimizer.weight_decay == 0
     assert cfg.model.optimizer._partial_ is True
     assert cfg.model.net.width == 64 and cfg.model.net.init_std == 0.01
-    assert resolve(cfg).strategy == "single"
+    assert resolve_on(cfg).strategy == "single"
     assert cfg.logger._target_.endswith("TensorBoardLogger")
 
 
@@ -60,7 +59,7 @@ def test_scheduler_options_build_against_an_optimizer(tmp_path):
 
 def test_strategy_group_builds_single_device(tmp_path):
     cfg = compose_config(["trainer.accelerator=cpu"], output_dir=tmp_path)
-    run = resolve(cfg)
+    run = resolve_on(cfg)
     strategy = build_strategy(cfg.strategy, run)
     assert run.strategy == "single" and str(strategy.root_device) == "cpu"
 
@@ -72,7 +71,7 @@ def test_every_strategy_option_builds_on_the_cpu(option, tmp_path):
     devices = 1 if option in ("single", "dp") else 2
     overrides = [f"strategy={option}", "trainer.accelerator=cpu", f"trainer.devices={devices}"]
     cfg = compose_config(overrides, output_dir=tmp_path)
-    run = resolve(cfg)
+    run = resolve_on(cfg)
     strategy = build_strategy(cfg.strategy, run)
     assert run.strategy == option and run.devices == devices
     if run.processes > 1:  # Lightning places DDP's processes on their devices when it starts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gzip
 import shutil
 import struct
@@ -142,3 +143,45 @@ def test_processes_preparing_one_fresh_folder_at_once_all_succeed(tmp_path, shar
     for name in ALL_RAW_FILES:
         with gzip.open(shared_data / "FashionMNIST" / "raw" / f"{name}.gz") as f:
             assert (raw / name).read_bytes() == f.read()
+
+
+def test_a_root_that_cannot_be_written_names_data_root_and_the_fix(tmp_path, shared_data):
+    """The files are unpacked into data.root: one line naming it, not an OSError traceback."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("a file where the folder should be")
+    dm = FashionMNISTDataModule(root=str(blocked), source=str(shared_data), download=False)
+    with pytest.raises(UserError) as err:
+        dm.prepare_data()
+    message = str(err.value)
+    assert message.startswith(f"data.root={blocked}: cannot write {blocked}/FashionMNIST/raw")
+    assert "pass a writable data.root" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("source", [True, False], ids=["unpacked-from-source", "downloaded"])
+def test_an_empty_read_only_root_names_data_root(source, tmp_path, shared_data, monkeypatch):
+    """As on a read-only mount (simulated: the suite may run as root, which writes anyway)."""
+
+    def read_only(path, *args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    dm = FashionMNISTDataModule(
+        root=str(tmp_path / "ro"), source=str(shared_data) if source else None, download=True
+    )
+    with pytest.raises(UserError) as err:
+        dm.prepare_data()
+    message = str(err.value)
+    assert message.startswith(f"data.root={tmp_path / 'ro'}: cannot write ") and "\n" not in message
+    assert "Read-only file system (the file system is read-only" in message
+    assert "pass a writable data.root" in message
+
+
+def test_a_missing_labels_file_is_named(tmp_path, shared_data):
+    raw = copy_raw(shared_data, tmp_path)
+    (raw / "t10k-labels-idx1-ubyte.gz").unlink()
+    with pytest.raises(UserError) as err:
+        FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
+    message = str(err.value)
+    assert f"Fashion-MNIST not found in {raw}: missing t10k-labels-idx1-ubyte (or .gz)" in message
+    assert "missing t10k-images" not in message and "\n" not in message
+    assert (raw / "t10k-images-idx3-ubyte").is_file()  # the others were unpacked

@@ -170,7 +170,7 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root
     wait_for(job)
     log = (tmp_path / "job.out").read_text()
     assert f"SLURM's warning signal: requeueing job {job}" in log
-    assert "continuing this job from its own checkpoint" in log, log[-3000:]
+    assert "continuing this run from its own checkpoint" in log, log[-3000:]
     recorded = metrics(run_dir)
     assert recorded["status"] == "completed"
     assert [h["epoch"] for h in recorded["history"]] == [1, 2, 3]  # none twice, none missing
@@ -198,7 +198,7 @@ def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_summary(tmp_path / "sweep")
     assert [(r["devices"], r["status"]) for r in rows] == [("1", "completed"), ("2", "completed")]
-    assert [r["job"] for r in rows] == ["devices=1", "devices=2"]  # named in the SLURM jobs
+    assert [r["job"] for r in rows] == ["devices_1", "devices_2"]  # named in the SLURM jobs
     assert "Bypassing sacct" not in result.stdout + result.stderr
 
 
@@ -253,7 +253,7 @@ def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
     die = ["+callbacks.die._target_=probes.DieOnFirstAttempt", "+callbacks.die.rank=1"]
     launcher = ["--standalone", "--nproc_per_node=2", "--max-restarts=1"]
     out = finish(torchrun(launcher, [*common, *die, "+callbacks.die.epoch=1"], cwd=restarted))
-    assert "continuing this job from its own checkpoint" in out
+    assert "continuing this run from its own checkpoint" in out
     ((plain_run,), (run_dir,)) = (list((p / "outputs").iterdir()) for p in (plain, restarted))
     assert run_dir.name.startswith("torchrun-") and plain_run.name.startswith("torchrun-")
     assert [h["epoch"] for h in metrics(run_dir)["history"]] == [1, 2, 3]

@@ -245,6 +245,34 @@ def test_ddp_process_failure_ends_the_run(probe, extra, tmp_path, data_root):
         assert record["reason"] in result.stderr  # the error line says the same
 
 
+@pytest.mark.distributed
+def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_root):
+    """Rank 0, the record's owner, SIGKILLed mid-epoch: rank 1 fails at its next collective,
+    says so in one line, and records the run failed, since the owner is gone."""
+    result = run_script(
+        "train.py",
+        *DDP_RUN,
+        f"data.root={data_root}",
+        "+callbacks.fault._target_=probes.KillRank",
+        "+callbacks.fault.rank=0",
+        "+callbacks.fault.step=3",
+        cwd=tmp_path,
+        env=PROBES_ENV,
+        timeout=240,
+    )
+    assert result.returncode == -signal.SIGKILL
+    (run_dir,) = run_dirs(tmp_path)
+    record = metrics(run_dir)
+    assert record["status"] == "failed", result.stderr[-3000:]
+    assert (
+        "a collective failed: another process of the run ended or stopped first; rank 1"
+        in (record["reason"])
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {record['reason']}"] and "Traceback" not in result.stderr
+    assert not list(run_dir.rglob("*.partial"))
+
+
 @pytest.mark.parametrize(
     "signum,where",
     [
@@ -353,6 +381,7 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
         *common,
         "trainer.max_epochs=4",
         f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
+        "resume_changes=[model.scheduler.T_max]",  # deliberate: without it, refused
         "hydra.run.dir=extended",
         cwd=tmp_path,
     )
@@ -362,6 +391,8 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
         0.1 * (1 + math.cos(math.pi * e / t)) / 2 for e, t in ((0, 2), (1, 2), (2, 4), (3, 4))
     ]
     assert lrs == pytest.approx(cosine, abs=1e-7)
+    changed = metrics(tmp_path / "extended")["resumed_from"]["changed"]
+    assert changed == {"model.scheduler.T_max": {"from": 2, "to": 4}}
     assert "with the schedule as configured now: lr 0.05 (the checkpoint's schedule had 0)" in (
         extended.stdout + extended.stderr
     )

@@ -134,9 +134,55 @@ def test_check_against_a_real_sweep_of_this_machine(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     checked = run_module("multigpu.predict", "--check", str(sweep), cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr
-    (line,) = [ln for ln in checked.stdout.splitlines() if ln.startswith("devices=2")]
+    (line,) = [ln for ln in checked.stdout.splitlines() if ln.startswith("devices_2")]
     measured, predicted = (float(v) for v in line.split()[1:3])
-    phases = json.loads((sweep / "devices=2" / "phases.json").read_text())
+    phases = json.loads((sweep / "devices_2" / "phases.json").read_text())
     assert measured == pytest.approx(phases["step_ms"]["mean_ms"], abs=0.06)
     assert predicted > 0 and "mean absolute error" in checked.stdout
     assert "measured link: memory copy" in checked.stdout
+
+
+@pytest.mark.parametrize(
+    "args,text",
+    [
+        (["--batch-per-device", "0"], "argument --batch-per-device: 0 is not an integer from 1"),
+        (["--batch-per-device", "1.5"], "'1.5' is not an integer"),
+        (["--gpu-images-per-s", "0"], "argument --gpu-images-per-s: 0 is not a number from 1"),
+        (["--gpu-images-per-s", "inf"], "inf is not a number"),
+        (["--fixed-ms", "-5"], "argument --fixed-ms: -5 is not a number from 0"),
+        (["--fixed-ms", "nan"], "nan is not a number"),
+        (["--plot", "notes.txt"], "argument --plot: notes.txt is not a .png file name"),
+        (["--plot", "a-file/p.png"], "a-file is a file, not a folder"),
+        (["--check", "nowhere"], "argument --check: nowhere is not a folder"),
+    ],
+)
+def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
+    from multigpu.predict.__main__ import parse_args
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SystemExit) as exit:
+        parse_args(args)
+    said = capsys.readouterr().err
+    assert exit.value.code == 2 and said.startswith("error: ") and said.count("\n") == 1
+    assert text in said
+
+
+def test_every_option_says_its_default(capsys):
+    from multigpu.predict.__main__ import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    for option, default in (("--gpu-images-per-s", 30000), ("--fixed-ms", 0.5)):
+        assert f"{option} " in shown and f"(default: {default})" in shown
+    assert "(default: 256)" in shown and "--check SWEEP_DIR" in shown and "--plot PNG" in shown
+
+
+@pytest.mark.subprocess
+def test_a_bad_argument_is_one_line_and_exit_2(tmp_path):
+    result = run_module("multigpu.predict", "--batch-per-device", "0", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        "error: argument --batch-per-device: 0 is not an integer from 1 to 1048576"
+    ]

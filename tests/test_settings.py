@@ -4,16 +4,21 @@ for machines it is not (a GPU server, a cluster job), since the resolution is pu
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
+from dataclasses import fields
 
 import pytest
 import torch
-from conftest import compose_config, resolve_on
+from conftest import CONF, TINY, compose_config, resolve_on, run_script
+from hydra.utils import get_class as locate
+from omegaconf import OmegaConf
 
+from multigpu import names, schema
 from multigpu.errors import UserError
 from multigpu.fit import build_strategy
-from multigpu.settings import check_split_weights, parse_devices
-from multigpu.training import resolve
+from multigpu.settings import RANGES, check_split_weights, parse_devices
 
 
 @pytest.mark.parametrize(
@@ -39,7 +44,7 @@ def test_device_list_from_the_command_line_builds_replicas(tmp_path):
     cfg = compose_config(
         ["strategy=scatter_allreduce", "trainer.accelerator=cpu", "trainer.devices=[2,3]"], tmp_path
     )
-    run = resolve(cfg)
+    run = resolve_on(cfg)
     strategy = build_strategy(cfg.strategy, run)
     assert run.strategy == "scatter_allreduce" and len(strategy.parallel_devices) == 2
     assert run.trainer_devices == 1 and run.processes == 1 and run.launcher == "none"
@@ -49,9 +54,9 @@ def test_ddp_trainer_devices_are_a_count_on_cpu(tmp_path):
     cfg = compose_config(
         ["strategy=ddp", "trainer.accelerator=cpu", "trainer.devices=[0,1]"], tmp_path
     )
-    run = resolve(cfg)
+    run = resolve_on(cfg)
     assert run.trainer_devices == 2 and run.processes == 2 and run.launcher == "popen"
-    spawn = resolve(compose_config(["strategy=ddp_spawn", "trainer.accelerator=cpu"], tmp_path))
+    spawn = resolve_on(compose_config(["strategy=ddp_spawn", "trainer.accelerator=cpu"], tmp_path))
     assert spawn.strategy == "ddp_spawn" and spawn.launcher == "spawn"
 
 
@@ -147,7 +152,8 @@ def test_batch_and_lr_follow_the_devices_and_nodes(tmp_path):
         "model.lr_scaling.base_batch=256",
         "model.optimizer.lr=0.1",
     ]
-    run = resolve_on(compose_config(overrides, tmp_path), cuda_devices=4)
+    torchrun = {**TORCHRUN_2, "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}  # two nodes of four
+    run = resolve_on(compose_config(overrides, tmp_path), cuda_devices=4, environ=torchrun)
     assert (run.devices, run.processes, run.batch_size, run.process_batch_size) == (8, 8, 256, 32)
     assert run.lr == 0.1
     record = run.record()
@@ -214,5 +220,253 @@ def test_bad_split_weights(weights, message):
 
 def test_dp_on_cpu_runs_one_device(tmp_path):
     cfg = compose_config(["strategy=dp", "trainer.accelerator=cpu"], tmp_path)
-    strategy = build_strategy(cfg.strategy, resolve(cfg))
+    strategy = build_strategy(cfg.strategy, resolve_on(cfg))
     assert strategy.root_device == torch.device("cpu")
+
+
+# Every value checked before torch: one line naming the value and the fix ------------------------
+SRUN_2_NODES = {**SRUN_2, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
+NAMED_CASES = {
+    # Non-finite numbers, wherever a float is taken.
+    "lr_nan": (["model.optimizer.lr=nan"], "model.optimizer.lr=nan must be a finite number"),
+    "lr_inf": (["model.optimizer.lr=inf"], "model.optimizer.lr=inf must be a finite number"),
+    "momentum_nan": (["model.optimizer.momentum=nan"], "model.optimizer.momentum=nan must be"),
+    "weight_decay_inf": (["model.optimizer.weight_decay=-inf"], "weight_decay=-inf must be a"),
+    "init_std_nan": (["model.net.init_std=nan"], "model.net.init_std=nan must be a finite"),
+    "warmup_inf": (["model.lr_scaling.warmup_epochs=inf"], "warmup_epochs=inf must be a finite"),
+    "timeout_nan": (["strategy=ddp", "strategy.timeout_s=nan"], "strategy.timeout_s=nan must be"),
+    "split_weights_nan": (
+        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[nan,1]"],
+        "strategy.split_weights=[nan, 1] must hold finite numbers only",
+    ),
+    "clip_inf": (["+trainer.gradient_clip_val=inf"], "trainer.gradient_clip_val=inf must be a"),
+    "gamma_nan": (["+model/scheduler=step", "model.scheduler.gamma=nan"], "gamma=nan must be a"),
+    "eta_min_inf": (
+        ["+model/scheduler=cosine", "+model.scheduler.eta_min=inf"],
+        "model.scheduler.eta_min=inf must be a finite number",
+    ),
+    # Devices that are not a count or a list of ids.
+    "devices_float": (["trainer.devices=1.5"], "trainer.devices=1.5 must be a count or a list"),
+    "devices_null": (["trainer.devices=null"], "trainer.devices=null must be a count or a list"),
+    "devices_twice": (
+        ["strategy=scatter_allreduce", "trainer.devices=[0,0]"],
+        "trainer.devices=[0, 0] names device 0 twice",
+    ),
+    "devices_huge": (["trainer.devices=10000000000"], "is more devices than any machine has"),
+    # Several machines without anything to start the others' processes.
+    "nodes_without_launcher": (
+        ["strategy=ddp", "trainer.num_nodes=2"],
+        "trainer.num_nodes=2 needs a launcher that starts the other machines' processes: "
+        "torchrun --nnodes=2",
+    ),
+    # The scheduler.
+    "step_size_zero": (
+        ["+model/scheduler=step", "model.scheduler.step_size=0"],
+        "model.scheduler.step_size=0 must be 1 or more",
+    ),
+    "gamma_zero": (
+        ["+model/scheduler=step", "model.scheduler.gamma=0"],
+        "model.scheduler.gamma=0 must be positive",
+    ),
+    "cosine_without_end": (
+        ["+model/scheduler=cosine", "trainer.max_epochs=-1"],
+        "model.scheduler.T_max=-1 follows trainer.max_epochs=-1 (no limit)",
+    ),
+    "cosine_shorter_than_run": (
+        ["+model/scheduler=cosine", "trainer.max_epochs=4", "model.scheduler.T_max=2"],
+        "model.scheduler.T_max=2 is shorter than the run (trainer.max_epochs=4)",
+    ),
+    "cosine_floor_above_lr": (
+        ["+model/scheduler=cosine", "+model.scheduler.eta_min=0.5"],
+        "model.scheduler.eta_min=0.5 is above the learning rate 0.1",
+    ),
+    "unknown_scheduler": (
+        ["++model.scheduler={_target_:torch.optim.lr_scheduler.ExponentialLR,gamma:0.9}"],
+        "model.scheduler._target_='torch.optim.lr_scheduler.ExponentialLR' is not a scheduler "
+        "this project checks: use +model/scheduler=step or cosine",
+    ),
+    "scheduler_key": (
+        ["+model/scheduler=step", "+model.scheduler.T_max=3"],
+        "model.scheduler.T_max is not a setting of the scheduler: use one of step_size, gamma",
+    ),
+    # Values that contradict each other or the data.
+    "val_size_all": (["data.val_size=60000"], "data.val_size=60000 leaves no training images"),
+    "val_size_after_subset": (
+        ["data.train_subset=500", "data.val_size=500"],
+        "data.val_size=500 leaves no training images: data=fashion_mnist has 60000, 500 after "
+        "data.train_subset=500; use at most 499",
+    ),
+    "train_subset_too_large": (
+        ["data.train_subset=60001"],
+        "data.train_subset=60001 is more than the 60000 training images of data=fashion_mnist",
+    ),
+    "synthetic_subset_too_large": (
+        ["data=synthetic", "data.num_train=64", "data.train_subset=65"],
+        "data.train_subset=65 is more than the 64 training images of data=synthetic "
+        "(data.num_train=64)",
+    ),
+    "test_subset_zero": (["data.test_subset=0"], "data.test_subset=0 must be a positive integer"),
+    "test_subset_too_large": (["data.test_subset=10001"], "more than the 10000 test images"),
+    "max_epochs_zero": (["trainer.max_epochs=0"], "trainer.max_epochs=0 must be -1 (no limit)"),
+    "classes_not_the_datas": (
+        ["data=synthetic", "data.num_classes=3"],
+        "model.net.num_classes=10 but the data has 3 classes (data.num_classes=3): set "
+        "model.net.num_classes=3",
+    ),
+    "channels_not_the_images": (["model.net.in_channels=3"], "model.net.in_channels=3 but the"),
+    "warmup_longer_than_run": (
+        ["model.lr_scaling.warmup_epochs=2"],
+        "model.lr_scaling.warmup_epochs=2 is longer than the run (trainer.max_epochs=1)",
+    ),
+    "scaled_lr_overflows": (
+        ["model.lr_scaling.rule=linear", "model.lr_scaling.base_batch=1"]
+        + ["model.optimizer.lr=1e308"],
+        "(model.lr_scaling.rule=linear) is inf, not a learning rate",
+    ),
+    "nesterov_without_momentum": (
+        ["+model.optimizer.nesterov=true"],
+        "model.optimizer.nesterov=true needs model.optimizer.momentum > 0",
+    ),
+    # Keys the network (or another node) does not take.
+    "network_key": (
+        ["+model.net.foo=1"],
+        "model.net.foo is not a setting of the network: use one of num_classes, in_channels, "
+        "width, norm, init_std, zero_init_residual",
+    ),
+    "optimizer_key": (["+model.optimizer.betas=[0.9,0.99]"], "model.optimizer.betas is not a"),
+    "data_key": (["++data.num_train=5"], "data.num_train is not a setting of data=fashion_mnist"),
+    "strategy_key": (
+        ["++strategy.timeout_s=5"],
+        "strategy.timeout_s is not a setting of strategy=single: it takes none",
+    ),
+    "compile_key": (["model.compile={fast:true}"], "model.compile.fast is not a setting of"),
+    # Types, strictly, and what cannot be resolved.
+    "quoted_number": (["model.net.width='8'"], "model.net.width='8' must be an integer"),
+    "number_for_a_path": (["data.root=2024"], "(quote a name that looks like a number: "),
+    "empty_path": (["data.root=''"], "data.root='' names no path"),
+    "interpolation": (["data.batch_size=${nosuch}"], "data.batch_size cannot be resolved"),
+    "huge_integer": (["data.num_workers=100000000000000000000"], "more than torch's 64-bit"),
+    "workers": (["data.num_workers=100000"], "data.num_workers=100000 must be between 0 and 256"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NAMED_CASES))
+def test_every_value_is_checked_before_torch(case, tmp_path):
+    overrides, text = NAMED_CASES[case]
+    cfg = compose_config([*TINY, *overrides], tmp_path)
+    with pytest.raises(UserError) as err:
+        resolve_on(cfg)
+    message = str(err.value)
+    assert text in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "environ,overrides",
+    [
+        (TORCHRUN_2 | {"WORLD_SIZE": "4"}, ["trainer.devices=2"]),
+        (SRUN_2_NODES, ["trainer.devices=1"]),
+        ({}, ["trainer.devices=1", "hydra/launcher=slurm"]),
+    ],
+    ids=["torchrun", "srun", "sweep-on-slurm"],
+)
+def test_several_nodes_run_under_a_cluster_launcher(environ, overrides, tmp_path):
+    """Accepted where a launcher starts the other machines' processes (the SLURM sweep
+    launcher's jobs run under srun, and a sweep is checked before they are submitted)."""
+    cfg = compose_config([*TINY, "strategy=ddp", "trainer.num_nodes=2", *overrides], tmp_path)
+    run = resolve_on(cfg, cpu_cores=4, environ=environ)
+    assert run.num_nodes == 2 and run.processes == 2 * len(run.device_ids)
+
+
+def test_a_batch_larger_than_the_training_set_is_one_step_per_epoch(tmp_path):
+    """Allowed: smoke runs on a few images rely on it (the batch is then the whole set)."""
+    overrides = ["data=synthetic", "data.num_train=64", "data.batch_size=256"]
+    assert resolve_on(compose_config([*TINY, *overrides], tmp_path)).batch_size == 256
+
+
+@pytest.mark.parametrize(
+    "group", ["experiment", "strategy", "data", "model/scheduler", "hparams_search"]
+)
+def test_every_shipped_option_passes_the_checks(group, tmp_path):
+    """The checks refuse mistakes, not what the project ships."""
+    plus = "+" if group == "model/scheduler" else ""
+    for path in sorted((CONF / group).glob("*.yaml")):
+        cfg = compose_config([f"{plus}{group}={path.stem}"], tmp_path)
+        assert resolve_on(cfg, cuda_devices=4, cpu_cores=8).lr > 0, path.stem
+
+
+# The names the checks read without torch, against what torch and our code take -----------------
+def parameters(target) -> list[str]:
+    return [p for p in inspect.signature(target).parameters if p not in ("kwargs", "params")]
+
+
+def test_network_keys_are_the_network_parameters():
+    from multigpu.models import resnet18
+
+    assert list(names.NETWORK_KEYS) == parameters(resnet18)
+    assert [f.name for f in fields(schema.Net)] == list(names.NETWORK_KEYS)
+
+
+def test_optimizer_scheduler_and_compile_keys_are_torchs():
+    assert set(names.SGD_KEYS) <= set(parameters(torch.optim.SGD))
+    assert [f.name for f in fields(schema.Optimizer)] == list(names.SGD_KEYS)
+    for target, keys in names.SCHEDULER_KEYS.items():
+        scheduler = locate(target)
+        assert set(keys) <= set(parameters(scheduler)), target
+        assert [f.name for f in fields(schema.SCHEDULERS[target])] == list(keys)
+        required = [
+            name
+            for name, p in inspect.signature(scheduler).parameters.items()
+            if p.default is inspect.Parameter.empty and name != "optimizer"
+        ]
+        assert list(names.SCHEDULER_REQUIRED[target]) == required
+    assert set(names.COMPILE_KEYS) <= set(parameters(torch.compile))
+    assert [f.name for f in fields(schema.Compile)] == list(names.COMPILE_KEYS)
+
+
+def test_data_strategy_and_model_keys_are_their_constructors():
+    from multigpu.data import ImageDataModule
+    from multigpu.module import ImageClassifier
+
+    assert list(names.DATA_KEYS) == parameters(ImageDataModule)
+    for target, keys in names.DATA_MODULE_KEYS.items():
+        assert set(keys) == set(names.DATA_KEYS) | set(parameters(locate(target))), target
+    for target, keys in names.STRATEGY_KEYS.items():
+        own = set(parameters(locate(target))) - {"device", "parallel_devices", "accelerator"}
+        own -= {"checkpoint_io", "precision_plugin"}  # set by Lightning, not the config
+        assert set(keys) == own, target
+    assert set(names.MODEL_KEYS) == set(parameters(ImageClassifier)) - {"warmup"} | {"lr_scaling"}
+    for option in ("fashion_mnist", "synthetic"):
+        data = OmegaConf.load(CONF / "data" / f"{option}.yaml")
+        assert data._target_ in names.DATA_MODULE_KEYS
+
+
+def test_every_number_of_the_schema_has_a_range():
+    """One table of ranges, over exactly the schema's numbers."""
+    numbers = set()
+    schedulers = [("model.scheduler", node) for node in schema.SCHEDULERS.values()]
+    for path, node in [*schema.SCHEMAS.items(), *schedulers]:
+        for found in fields(node):
+            if typing.get_type_hints(node)[found.name] in (int, float, int | None, float | None):
+                numbers.add(f"{path}.{found.name}".lstrip("."))
+    assert numbers == set(RANGES)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "overrides,text",
+    [
+        (["model.optimizer.lr=nan"], "model.optimizer.lr=nan must be a finite number"),
+        (["strategy=ddp", "trainer.num_nodes=2"], "trainer.num_nodes=2 needs a launcher"),
+    ],
+    ids=["lr_nan", "nodes_without_launcher"],
+)
+def test_train_py_answers_in_one_line_before_torch(overrides, text, tmp_path):
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    result = run_script("train.py", *TINY, *overrides, cwd=tmp_path, timeout=120, env=env)
+    said = result.stderr.splitlines()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in said if line.startswith("import time:")}
+    lines = [line for line in said if line.strip() and not line.startswith("import time:")]
+    assert result.returncode == 2, "\n".join(lines[-20:])
+    assert "Traceback" not in result.stderr and lines[-1].startswith("error: ")
+    assert text in lines[-1] and sum(line.startswith("error:") for line in lines) == 1
+    assert "hydra" in imported and "torch" not in imported

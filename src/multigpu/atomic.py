@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 from collections.abc import Iterator
@@ -143,4 +144,18 @@ def write_atomically(path: str | Path, data: str | bytes) -> None:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    write_atomically(path, json.dumps(data, indent=2) + "\n")
+    """Strict JSON, readable by any parser: a non-finite float (a diverged run's loss) is
+    written as null, never as the bare ``NaN`` token Python's default would write."""
+    text = json.dumps(finite_only(data), indent=2, allow_nan=False)
+    write_atomically(path, text + "\n")
+
+
+def finite_only(value: Any) -> Any:
+    """``value`` with every NaN and infinity, at any depth, replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_only(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_only(item) for item in value]
+    return value

@@ -1,53 +1,53 @@
-"""Where ``ckpt_path`` points, checked before anything heavy is imported: ``latest`` becomes the
-newest run's checkpoint; a folder or a missing file is refused with what to pass instead."""
+"""Where ``ckpt_path`` points, checked before anything heavy is imported: a folder or a missing
+file is refused with what to pass instead (``latest``: ``multigpu.resume``)."""
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 
 from multigpu.errors import UserError
 
 LATEST = "latest"
 LAST = "last.ckpt"  # after every finished epoch (callbacks.LastCheckpoint)
+SETTINGS = "settings"  # the checkpoint's key for its run's settings (multigpu.computation)
 PREVIOUS = "previous.ckpt"  # the one before it, kept for when last.ckpt is damaged
 
 
-def latest_checkpoint(runs_dir: str | Path) -> Path:
-    """The most recently written ``checkpoints/last.ckpt`` under ``runs_dir`` (sweeps included,
-    and the run's own folder: a restarted run finds its own)."""
-    runs_dir = Path(runs_dir)
-    found = [p for p in runs_dir.glob(f"**/checkpoints/{LAST}") if p.is_file()]
-    if not found:
-        raise UserError(
-            f"ckpt_path=latest found no checkpoints/{LAST} under {runs_dir}/: "
-            f"train a run first, or pass ckpt_path=<run>/checkpoints/{LAST}"
-        )
-    return max(found, key=lambda p: p.stat().st_mtime)
-
-
-def checkpoint_file(ckpt_path: str | Path) -> Path:
-    """``ckpt_path`` as an existing file."""
+def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
+    """``ckpt_path`` (or ``key``'s path) as an existing regular file, judged from its metadata
+    alone (``stat``): a named pipe or a device is refused before anything opens it (reading a
+    pipe would block)."""
+    if not str(ckpt_path).strip():
+        raise UserError(f"{key} is empty: pass a .ckpt file, e.g. {key}=<run>/checkpoints/{LAST}")
     path = Path(ckpt_path).expanduser()
-    if path.is_dir():
+    example = f"e.g. outputs/<date>/<time>/checkpoints/{LAST}"
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(f"{key}={path} does not exist: pass a .ckpt file, {example}") from None
+    except (OSError, ValueError) as err:  # no access, a link loop, a NUL in the name
+        reason = getattr(err, "strerror", None) or str(err)
+        raise UserError(
+            f"{key}={path} cannot be read ({reason}): pass a .ckpt file, {example}"
+        ) from None
+    if stat.S_ISDIR(mode):
         inside = next(
             (p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()),
             path / "checkpoints" / LAST,
         )
         raise UserError(
-            f"ckpt_path={path} is a folder: pass the checkpoint file in it, e.g. ckpt_path={inside}"
+            f"{key}={path} is a folder: pass the checkpoint file in it, e.g. {key}={inside}"
         )
-    if not path.is_file():
+    if not stat.S_ISREG(mode):
+        kinds = {
+            stat.S_ISFIFO: "a named pipe",
+            stat.S_ISCHR: "a character device",
+            stat.S_ISBLK: "a block device",
+            stat.S_ISSOCK: "a socket",
+        }
+        kind = next((name for test, name in kinds.items() if test(mode)), "not a file")
         raise UserError(
-            f"ckpt_path={path} does not exist: pass a .ckpt file, "
-            f"e.g. outputs/<date>/<time>/checkpoints/{LAST}"
+            f"{key}={path} is not a regular file ({kind}): pass a .ckpt file, {example}"
         )
     return path
-
-
-def resolve_ckpt_path(ckpt_path: str | None, runs_dir: str | Path) -> Path | None:
-    """The checkpoint file a run resumes from, if any."""
-    if ckpt_path is None:
-        return None
-    if str(ckpt_path) == LATEST:
-        return latest_checkpoint(runs_dir)
-    return checkpoint_file(ckpt_path)

@@ -11,12 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.atomic import check_creatable
-from multigpu.errors import RunStopped, UserError, WriteFailed, message
+from multigpu.errors import RunStopped, UserError, message
 from multigpu.job_names import job_folder
 from multigpu.launch import run_name
 from multigpu.outcome import outcome_of
@@ -47,28 +45,10 @@ def hydra_runtime(cfg: DictConfig) -> tuple[dict[str, str], bool]:
     return dict(hydra.runtime.choices), hydra.mode == RunMode.MULTIRUN
 
 
-class CheckRunFolder(Callback):
-    """Hydra creates the run (or sweep) folder and writes its config there before the job
-    starts; one that cannot be written is refused first, in one line, instead of a traceback."""
-
-    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.check(config.hydra.run.dir, "hydra.run.dir")
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self.check(config.hydra.sweep.dir, "hydra.sweep.dir")
-
-    @staticmethod
-    def check(folder: str, key: str) -> None:
-        try:
-            check_creatable(folder)
-        except WriteFailed as err:
-            print(f"error: {err}: pass a writable {key}", file=sys.stderr, flush=True)
-            sys.exit(UserError.exit_code)
-
-
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
     """Print a ``UserError`` (exit 2) or a stopped run (interrupted 130/143, diverged 3) as one
-    ``error: <message>`` line instead of a traceback (``HYDRA_FULL_ERROR=1``: raise)."""
+    ``error: <message>`` line instead of a traceback (``HYDRA_FULL_ERROR=1``: raise); a
+    ``NothingToDo`` is its notice alone, exit 0."""
 
     @functools.wraps(main)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -78,7 +58,8 @@ def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             logging.getLogger("multigpu").debug("stopped", exc_info=True)
-            print(f"error: {message(err)}", file=sys.stderr, flush=True)
-            sys.exit(outcome_of(err).exit_code)
+            code = outcome_of(err).exit_code
+            print(f"error: {message(err)}" if code else message(err), file=sys.stderr, flush=True)
+            sys.exit(code)
 
     return wrapper

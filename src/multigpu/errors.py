@@ -19,6 +19,14 @@ class OccupiedFolder(UserError):
     """The run's folder holds the record of another job, which is left as it is."""
 
 
+class NothingToDo(UserError):
+    """The run asked for is already done (a finished run in its folder, a checkpoint that holds
+    every epoch): a notice, exit 0, and nothing written."""
+
+    status = "completed"
+    exit_code = 0
+
+
 class RunStopped(Exception):
     """Training stopped early for a reason the run records (``metrics.json`` ``status``)."""
 

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
+import torch.distributed as dist
 from lightning_fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint
 from pytorch_lightning.strategies import Strategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
+from multigpu.admission import Admission
 from multigpu.build import build
 from multigpu.callbacks import (
     DivergenceGuard,
@@ -28,7 +30,13 @@ from multigpu.callbacks import (
     HParamsSummary,
     PhaseTimer,
 )
-from multigpu.checkpoint import check_fits, check_resumable, load_checkpoint
+from multigpu.checkpoint import (
+    check_fits,
+    check_resumable,
+    load_checkpoint,
+    network_state,
+    stored_settings,
+)
 from multigpu.checkpoint_io import AtomicCheckpointIO
 from multigpu.ckpt_path import LAST
 from multigpu.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
@@ -38,6 +46,7 @@ from multigpu.module import ImageClassifier
 from multigpu.outcome import summary_line
 from multigpu.quiet import quiet
 from multigpu.record import RunRecord
+from multigpu.resume import check_same_run
 from multigpu.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.strategies.ddp import BoundedDDPStrategy
 
@@ -90,15 +99,37 @@ def check_classes(module: ImageClassifier, datamodule: pl.LightningDataModule) -
         )
 
 
-def start_from(ckpt_path: Path | None, module: ImageClassifier, cfg: DictConfig) -> None:
-    """A checkpoint to resume from must be intact, fit this network and carry training state;
-    all checked before any training (and with ``weights_only``, before Lightning reads it)."""
-    if ckpt_path is None:
+def start_from(admission: Admission, module: ImageClassifier, cfg: DictConfig) -> None:
+    """A checkpoint to resume from must be intact, of the same run, fit this network and carry
+    training state; one to start from must fit this network, and gives it its weights. All
+    checked before any training (and with ``weights_only``, before Lightning reads it)."""
+    path = admission.ckpt_path or admission.init_from
+    if path is None:
         return
-    checkpoint = load_checkpoint(ckpt_path)
-    check_fits(ckpt_path, checkpoint, module.net, plain(cfg.model.net))
-    check_resumable(ckpt_path, checkpoint)
-    log.info("resuming from %s", ckpt_path)
+    checkpoint = load_checkpoint(path)
+    check_fits(path, checkpoint, module.net, plain(cfg.model.net))
+    if admission.init_from is not None:
+        module.net.load_state_dict(network_state(checkpoint))
+        log.info("starting from the weights of %s", path)
+        return
+    allowed = list(admission.resume.changed) if admission.resume else []
+    check_same_run(path, stored_settings(checkpoint), admission.settings, allowed)
+    check_resumable(path, checkpoint)
+    log.info("resuming from %s", path)
+
+
+# What a failed collective says, by backend: the peer closed its connections (it exited), or
+# did not answer within the timeout (it hangs or was stopped).
+COLLECTIVE_FAILURES = (
+    "gloo", "nccl", "connection closed by peer", "connection reset by peer", "timed out",
+    "processgroup", "broken pipe",
+)  # fmt: skip
+
+
+def is_collective_failure(error: RuntimeError) -> bool:
+    """Whether ``error`` is a collective's that failed because of another process."""
+    text = str(error).lower()
+    return isinstance(error, dist.DistBackendError) or any(m in text for m in COLLECTIVE_FAILURES)
 
 
 def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
@@ -124,10 +155,9 @@ def plugins(run: Run) -> list[Any]:
     return found
 
 
-def fit(
-    cfg: DictConfig, run: Run, record: RunRecord, output_dir: Path, ckpt_path: Path | None
-) -> None:
-    """Train as resolved, from ``ckpt_path`` when given (a file ``train`` found)."""
+def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
+    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
+    run, ckpt_path = admission.run, admission.ckpt_path
     quiet()
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
@@ -136,7 +166,7 @@ def fit(
         strategy.record_failure = record.fail  # a bound method: spawn pickles the strategy
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
-    start_from(ckpt_path, module, cfg)
+    start_from(admission, module, cfg)
     check_classes(module, datamodule)
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
     if cfg.get("phases"):
@@ -178,10 +208,13 @@ def fit(
         raise
     except RuntimeError as err:  # a collective's, when the process that failed was another
         peer = getattr(strategy, "peer_failure", None)
-        if peer is None:
+        if peer is None and not (run.processes > 1 and is_collective_failure(err)):
             raise
         cause = f"{type(err).__name__}: {summary_line(str(err))}"
-        raise PeerFailed(f"{peer}; rank 0 then stopped with {cause}") from err
+        rank = trainer.global_rank
+        if peer is None:
+            peer = "a collective failed: another process of the run ended or stopped first"
+        raise PeerFailed(f"{peer}; rank {rank} then stopped with {cause}") from err
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint_handler)

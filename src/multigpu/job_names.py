@@ -1,5 +1,8 @@
-"""A sweep's job folders named by what differs between its jobs: ``devices=2,batch_size=512``
-rather than ``1``, so TensorBoard, which names runs by folder, and the report show it.
+"""A sweep's job folders named by what differs between its jobs: ``devices_2-batch_size_512``
+rather than ``1``, so TensorBoard, which names runs by folder, and the report show it. The
+names hold only characters that a path on Hydra's command line takes unquoted, so the
+``ckpt_path=...`` a run prints can be pasted as it is (a value's other characters are
+written ``%XX``, one to one).
 
 The swept keys are known only where the multirun starts (each job sees its own values), so
 ``SweepReport.on_multirun_start`` hands them to the jobs in ``MULTIGPU_SWEPT_KEYS``; the
@@ -10,12 +13,17 @@ the job's number, as Hydra's default.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable
 
 from omegaconf import DictConfig
 
 SWEPT_KEYS_VARIABLE = "MULTIGPU_SWEPT_KEYS"
+MAX_NAME = 200  # bytes of a job folder's name: under the usual 255, with room for a suffix
+# What a value keeps as it is in a folder's name: what Hydra's grammar takes unquoted and no
+# file system or shell treats specially.
+SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
 
 
 def swept_keys(task_overrides: Iterable[str], sweeper_params: dict | None) -> list[str]:
@@ -42,15 +50,31 @@ def short_names(keys: list[str]) -> dict[str, str]:
     return {k: (s if last.count(s) == 1 else k) for k, s in zip(keys, last, strict=True)}
 
 
+def escape(value: str) -> str:
+    """A value as a file name's part, one to one (``a/b`` and ``a_b`` stay apart): characters
+    outside ``SAFE`` as ``%XX`` of their UTF-8 bytes."""
+    return "".join(c if c in SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in value)
+
+
+def bounded(name: str) -> str:
+    """Names over ``MAX_NAME`` bytes (file systems refuse 256) keep their start and end a
+    digest of the whole, so that they stay unique."""
+    if len(name.encode()) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return name.encode()[: MAX_NAME - 13].decode(errors="ignore") + "-" + digest
+
+
 def job_folder_name(overrides: Iterable[str], keys: list[str], number: int) -> str:
-    """``key=value`` of each swept key in this job's overrides, joined by commas."""
+    """``key_value`` of each swept key in this job's overrides, joined by ``-`` (where
+    TensorBoard's run list may wrap a name)."""
     values = {}
     for override in overrides:
         key, _, value = override.lstrip("+~").partition("=")
-        values[key] = value.replace("/", "_")
+        values[key] = escape(value)
     names = short_names(keys)
-    parts = [f"{names[k]}={values[k]}" for k in keys if k in values]
-    return ",".join(parts) if parts else str(number)
+    parts = [f"{names[k]}_{values[k]}" for k in keys if k in values]
+    return bounded("-".join(parts)) if parts else str(number)
 
 
 def sweep_job_folder(overrides: Iterable[str], number: int) -> str:

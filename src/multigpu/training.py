@@ -1,41 +1,34 @@
 """``train(cfg)``: the whole run as a plain function, callable from tests and from ``train.py``.
 
-Everything a mistake can be found from without torch is checked here first, before torch and
-Lightning are imported (about a second from the command line): the config, resolved into a
-``Run`` (``multigpu.settings``); ``ckpt_path``; the folders the run writes to. Then
-``multigpu.fit`` trains. ``train`` owns the run's record: however the run ends,
-``metrics.json`` says how, or the error line says that it could not.
+The run is admitted first (``multigpu.admission``: the config, its folder, the checkpoint it
+starts from), before torch and Lightning are imported when it starts from no checkpoint; from
+the command line that happened before Hydra created the folder, and is not done twice. Then
+``multigpu.fit`` trains. ``train`` owns the run's folder and record while it runs: however the
+run ends, ``metrics.json`` says how, or the error line says that it could not.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import os
+import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
+from multigpu.admission import Admission, admit, finished_notice
 from multigpu.atomic import check_writable
-from multigpu.ckpt_path import LAST, resolve_ckpt_path
 from multigpu.cli import hydra_runtime
-from multigpu.errors import OccupiedFolder, UserError, WriteFailed, add_note, message
-from multigpu.launch import restart_count
+from multigpu.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, add_note, message
+from multigpu.interrupts import sigterm_interrupts
 from multigpu.outcome import COMPLETED, outcome_of
-from multigpu.record import RunRecord
-from multigpu.settings import Machine, Run, plain, resolve_run
+from multigpu.ownership import is_free, owning
+from multigpu.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, record_ending
+from multigpu.settings import Machine, Run, resolve_run
 
 log = logging.getLogger(__name__)
-# Where the run reads and writes and what it records besides, not what it computes: left out of
-# the config's digest.
-PLACES = ("hydra", "paths", "ckpt_path", "logger", "callbacks", "phases")
-PLACES_IN = {
-    "data": ("root", "source", "download", "num_workers"),
-    "trainer": ("default_root_dir",),
-}
-FINISHED = ("completed", "diverged")  # running them again would give the same
+_admitted: dict[Path, Admission] = {}  # decided before Hydra made the folder (preflight.Preflight)
 
 
 def resolve(cfg: DictConfig) -> Run:
@@ -44,50 +37,26 @@ def resolve(cfg: DictConfig) -> Run:
     return resolve_run(cfg, choices, Machine.this(multirun))
 
 
+def admit_run(cfg: DictConfig, output_dir: Path) -> Admission:
+    """Whether and how this run starts, on this machine (``multigpu.admission``)."""
+    choices, multirun = hydra_runtime(cfg)
+    return admit(cfg, choices, Machine.this(multirun), output_dir, is_rank_zero())
+
+
+def remember(output_dir: Path, admission: Admission) -> None:
+    """Keep what was decided before Hydra created the folder, for ``train`` to use once."""
+    _admitted[output_dir.absolute()] = admission
+
+
 def output_folders(cfg: DictConfig, output_dir: Path) -> list[Path]:
     """The run's folder, and the checkpoints' folder when checkpoints are written."""
     checkpoint = (cfg.get("callbacks") or {}).get("checkpoint") or {}
     return [output_dir, *([Path(checkpoint["dirpath"])] if checkpoint.get("dirpath") else [])]
 
 
-def config_digest(cfg: DictConfig) -> str:
-    """What makes two runs in one folder the same job: the resolved config, without where it
-    reads and writes."""
-    node = {key: plain(cfg[key]) for key in cfg if key not in PLACES}
-    for group, keys in PLACES_IN.items():
-        node[group] = {k: v for k, v in node.get(group, {}).items() if k not in keys}
-    return hashlib.sha256(json.dumps(node, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def continuation(record: RunRecord, multirun: bool) -> dict | Path | None:
-    """A job run again in its own folder (a sweep re-run over the same ``hydra.sweep.dir``, a
-    launcher's restart: torchrun's elastic restart, a SLURM requeue) continues: the earlier
-    record when that job had finished (the job is skipped), else its last checkpoint, if any."""
-    previous = record.read()
-    restarted = restart_count(os.environ) > 0
-    if previous is None or previous.get("config") is None or not (multirun or restarted):
-        return None  # nothing ran here, or it stopped before its settings were known
-    if previous.get("config") != record.config:
-        if restarted:
-            return None
-        raise OccupiedFolder(
-            f"{record.path.parent} holds a job with other settings (metrics.json): re-run a "
-            "sweep with the overrides it was started with, or pass another hydra.sweep.dir"
-        )
-    if previous.get("status") in FINISHED:
-        return previous
-    last = record.path.parent / "checkpoints" / LAST
-    if last.is_file():
-        record.history = previous.get("history", [])
-        return last
-    return None
-
-
-def start(record: RunRecord, cfg: DictConfig, output_dir: Path) -> None:
-    """Write the record and check the checkpoints' folder: an unwritable folder is refused
-    now, before any training."""
+def check_folders(cfg: DictConfig, output_dir: Path) -> None:
+    """An unwritable checkpoints' folder is refused now, before any training."""
     try:
-        record.set_history(record.history)
         for folder in output_folders(cfg, output_dir)[1:]:
             check_writable(folder)
     except WriteFailed as err:
@@ -95,39 +64,75 @@ def start(record: RunRecord, cfg: DictConfig, output_dir: Path) -> None:
 
 
 def finish(record: RunRecord, error: BaseException) -> None:
-    """Record how the run ended; if even that cannot be written, the error line says so."""
-    if isinstance(error, OccupiedFolder):
-        return  # the record there is another job's
+    """Record how the run ended; if even that cannot be written, the error line says so. A
+    rank other than 0 records it when rank 0, the record's owner, has gone (killed)."""
     try:
         record.finish(outcome_of(error))
+        if not is_rank_zero() and owner_gone(record.path.parent):
+            record_ending(record.path, outcome_of(error))
     except WriteFailed as unwritten:
         if str(record.path) not in message(error):  # else the line already names it
             add_note(error, f"{record.path.name} could not be updated either ({unwritten})")
 
 
-def train(cfg: DictConfig) -> dict[str, Any]:
-    """Train and evaluate as configured; return the final record (also in ``metrics.json``)."""
-    output_dir = Path(cfg.paths.output_dir)
-    choices, multirun = hydra_runtime(cfg)
-    record = RunRecord(output_dir / "metrics.json", {"strategy": choices.get("strategy")})
-    try:
-        run = resolve(cfg)
-        log.info(run.describe())
-        record.run, record.config = run.record(), config_digest(cfg)
-        ckpt_path = resolve_ckpt_path(cfg.get("ckpt_path"), cfg.paths.runs_dir)
-        earlier = continuation(record, multirun) if ckpt_path is None else None
-        if isinstance(earlier, dict):
-            log.info("this job already ran to the end in %s (%s): skipped", output_dir,
-                     earlier["status"])  # fmt: skip
-            return earlier
-        if earlier is not None:
-            log.info("continuing this job from its own checkpoint %s", earlier)
-            ckpt_path = earlier
-        start(record, cfg, output_dir)
-        from multigpu.fit import fit  # torch and Lightning: only once the config is known good
+def owner_gone(folder: Path, wait_s: float = 3.0) -> bool:
+    """Whether the folder's owner has ended, waiting a moment: a peer sees rank 0's sockets
+    close just before its process is gone."""
+    deadline = time.monotonic() + wait_s
+    while not is_free(folder):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
-        fit(cfg, run, record, output_dir, ckpt_path)
-    except BaseException as error:
-        finish(record, error)
+
+def start_record(
+    output_dir: Path, admission: Admission, cfg: DictConfig, started: float
+) -> RunRecord:
+    """The run's record; ``started``: ``time.monotonic()`` when the run started, the clock of
+    its time to accuracy (docs/records.md, "Time to accuracy")."""
+    resume = admission.resume
+    targets = cfg.get("time_to_targets")
+    return RunRecord(
+        output_dir / "metrics.json",
+        admission.run.record(),
+        settings=admission.settings,
+        started=started,
+        resumed_from=resume.record() if resume else None,
+        init_from=str(admission.init_from) if admission.init_from else None,
+        time_to_targets=TIME_TO_TARGETS if targets is None else [float(t) for t in targets],
+    )
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train and evaluate as configured; return the final record (also in ``metrics.json``).
+    A run that is refused writes nothing; one that starts owns its folder until it ends."""
+    started = time.monotonic()  # before the data is touched: the clock of time to accuracy
+    output_dir = Path(cfg.paths.output_dir)
+    try:
+        admission = _admitted.pop(output_dir.absolute(), None) or admit_run(cfg, output_dir)
+    except UserError as error:
+        if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
+            record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
         raise
-    return record.finish(COMPLETED)
+    if admission.finished is not None:
+        if hydra_runtime(cfg)[1]:  # a sweep run again: the job is skipped
+            log.info("%s", finished_notice(output_dir, admission.finished))
+            return admission.finished
+        raise finished_notice(output_dir, admission.finished)
+    if is_rank_zero():  # the layout once, not once per process
+        log.info(admission.run.describe())
+    if admission.continued is not None:
+        log.info("continuing this run from its own checkpoint %s", admission.continued)
+    with owning(output_dir) if is_rank_zero() else nullcontext(), sigterm_interrupts():
+        record = start_record(output_dir, admission, cfg, started)
+        try:
+            record.claim(admission.history)
+            check_folders(cfg, output_dir)
+            from multigpu.fit import fit  # torch and Lightning: only once the config is known good
+
+            fit(cfg, admission, record, output_dir)
+        except BaseException as error:
+            finish(record, error)
+            raise
+        return record.finish(COMPLETED)

@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 
 from multigpu.job_names import sweep_job_folder
 from multigpu.outcome import Outcome, summary_line
-from multigpu.record import RunRecord
+from multigpu.record import record_ending
 
 log = logging.getLogger(__name__)
 
@@ -157,8 +157,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
         )
         log.error("job %d: %s", number, reason)
         folder = sweep_dir / sweep_job_folder(overrides, number)
-        record = RunRecord(folder / "metrics.json", {})
-        record.finish(Outcome("failed", summary_line(reason), 1))
+        record_ending(folder / "metrics.json", Outcome("failed", summary_line(reason), 1))
         ended = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
         ended._return_value = float("nan")
         return ended

@@ -9,6 +9,7 @@ measurement).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -20,18 +21,34 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from multigpu.atomic import write_atomically, write_json
 from multigpu.bench.report import RATIOS, compute_ratios, mfu, to_markdown
+from multigpu.schema import (
+    DefaultsHelp,
+    OneLineParser,
+    existing_folder,
+    number,
+    output_folder,
+    path_name,
+)
+from multigpu.settings import MAX_DEVICES, MAX_WIDTH, cuda_device_count
 
 REPO = Path(__file__).resolve().parents[3]
+MAX_COUNT = 2**31 - 1  # steps, batches, epochs: far beyond any benchmark
+WIDTH = number(1, MAX_WIDTH, integer=True)
+DEVICES = number(1, MAX_DEVICES, integer=True)
+
+
+@functools.cache
+def has_cuda() -> bool:
+    """Torch-free on a machine without a GPU driver."""
+    return cuda_device_count() > 0
 
 
 def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
     """(name, how it runs, width, extra overrides, environment) for every measured setting."""
     narrow, wide, n = args.width, args.scaling_width, args.replicas
-    cpu = ["trainer.accelerator=cpu"] if not torch.cuda.is_available() else []
+    cpu = ["trainer.accelerator=cpu"] if not has_cuda() else []
     one_thread = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     memory = ["data.pipeline=memory"]
     configs = [
@@ -59,7 +76,7 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
         ("loader_memory", "loader", 0, ["--pipeline", "memory"], {}),
         ("loader_torchvision", "loader", 0, ["--pipeline", "torchvision"], {}),
     ]
-    if torch.cuda.is_available() or args.tiny:  # whole epochs: the GPU targets (ratio 5)
+    if has_cuda() or args.tiny:  # whole epochs: the GPU targets (ratio 5)
         subset = ["data.train_subset=2048", "data.test_subset=512"] if args.tiny else []
         width = narrow if args.tiny else 64
         # Tiny on a CPU: no compilation or bf16 emulation, which take minutes there.
@@ -68,7 +85,7 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
             overrides = [f"experiment={recipe}", f"model.net.width={width}", *subset, *cpu]
             overrides += light if recipe == "fast" else []
             configs.append((f"epoch_{recipe}", "epoch", width, overrides, {}))
-    if not torch.cuda.is_available():
+    if not has_cuda():
         for processes in (1, args.processes):
             configs.append(
                 (
@@ -119,7 +136,7 @@ def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> l
             *("--width", str(config["width"]), "--batch", str(args.batch)),
             *("--steps", str(args.steps), "--warmup", str(args.warmup)),
             *(*data, "--out", str(result)),
-            *(("--device", "cpu") if not torch.cuda.is_available() else ()),
+            *(("--device", "cpu") if not has_cuda() else ()),
         ]
     run_dir = result.with_suffix("")
     return [
@@ -135,7 +152,7 @@ def command(config: dict[str, Any], args: argparse.Namespace, result: Path) -> l
         "callbacks=none",
         "+trainer.enable_progress_bar=false",
         "~logger",
-        "+callbacks.timer._target_=multigpu.bench.StepTimer",
+        "+callbacks.timer._target_=multigpu.bench.step_timer.StepTimer",
         f"+callbacks.timer.path={result}",
         f"+callbacks.timer.warmup={args.warmup}",
         f"+callbacks.timer.global_batch={config['batch']}",
@@ -222,6 +239,7 @@ def epoch_result(run_dir: Path, result: Path) -> None:
 
 def training_flops_per_image(width: int) -> float:
     """Forward and backward FLOPs of one 28x28 image, counted by PyTorch's FLOP counter."""
+    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from multigpu.models import resnet18
@@ -233,7 +251,9 @@ def training_flops_per_image(width: int) -> float:
 
 
 def machine() -> dict[str, Any]:
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if has_cuda() else None
     return {
         "cpu_cores": os.cpu_count(),
         "gpu": gpu,
@@ -243,32 +263,57 @@ def machine() -> dict[str, Any]:
     }
 
 
+COUNT = number(1, MAX_COUNT, integer=True)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m multigpu.bench", description=__doc__)
-    parser.add_argument("--out", default="outputs/bench", help="folder for bench.json, bench.md")
-    parser.add_argument("--batch", type=int, default=256, help="global batch size")
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per configuration")
-    parser.add_argument("--warmup", type=int, default=5, help="untimed steps before them")
-    parser.add_argument("--width", type=int, default=8, help="width for ratios 1 and 4")
-    parser.add_argument("--scaling-width", type=int, default=16, help="width for ratios 2, 3")
-    parser.add_argument("--replicas", type=int, default=2, help="scatter_allreduce devices")
-    parser.add_argument("--processes", type=int, default=2, help="DDP processes (CPU)")
-    parser.add_argument("--epochs", type=int, default=10, help="epochs of the GPU recipes")
-    parser.add_argument("--repeats", type=int, default=2, help="rounds, alternating order")
-    parser.add_argument("--jobs", type=int, default=1, help="run this many at once (--tiny)")
-    parser.add_argument("--data-root", default="data")
-    parser.add_argument("--data-source", default=os.environ.get("MULTIGPU_DATA"))
-    parser.add_argument("--only", nargs="*", help="run only these configuration names")
-    parser.add_argument("--tiny", action="store_true", help="smoke test: width 2, 3 steps")
+    """Every argument checked as it is parsed, ``--only`` against the configurations this
+    machine runs: a mistake is one ``error:`` line, exit 2."""
+    parser = OneLineParser(
+        prog="python -m multigpu.bench", description=__doc__, formatter_class=DefaultsHelp
+    )
+    add = parser.add_argument
+    add(
+        "--out",
+        type=output_folder,
+        default="outputs/bench",
+        help="folder for bench.json and bench.md (created if missing)",
+    )
+    add("--batch", type=COUNT, default=256, help="global batch size")
+    add("--steps", type=COUNT, default=30, help="timed steps per configuration")
+    add("--warmup", type=COUNT, default=5, help="untimed steps before them")
+    add("--width", type=WIDTH, default=8, help="network width for ratios 1 and 4")
+    add("--scaling-width", type=WIDTH, default=16, help="network width for ratios 2 and 3")
+    add("--replicas", type=DEVICES, default=2, help="scatter_allreduce devices")
+    add("--processes", type=DEVICES, default=2, help="DDP processes (CPU)")
+    add("--epochs", type=COUNT, default=10, help="epochs of the GPU recipes")
+    add(
+        "--repeats",
+        type=number(1, 1000, integer=True),
+        default=2,
+        help="rounds, alternating the order of the configurations",
+    )
+    add("--jobs", type=DEVICES, default=1, help="configurations run at once (for --tiny)")
+    add("--data-root", type=path_name, default="data", help="data.root of the runs")
+    add(
+        "--data-source",
+        type=existing_folder,
+        default=os.environ.get("MULTIGPU_DATA") or None,
+        help="data.source of the runs (default: $MULTIGPU_DATA, else none)",
+    )
+    add("--only", nargs="*", metavar="NAME", help="run only these configurations (default: all)")
+    add("--tiny", action="store_true", help="smoke test: width 2, 3 steps")
     args = parser.parse_args(argv)
     if args.tiny:
         args.width = args.scaling_width = 2
         args.steps, args.warmup, args.batch, args.repeats = 3, 1, 32, 1
         args.jobs = max(args.jobs, os.cpu_count() or 1)
-    numbers = ("batch", "steps", "warmup", "width", "scaling_width", "replicas", "processes")
-    for name in (*numbers, "epochs", "repeats", "jobs"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    known = [c["name"] for c in configurations(args)]
+    unknown = [name for name in args.only or [] if name not in known]
+    if unknown:
+        parser.error(
+            f"--only {' '.join(unknown)}: no such configuration here; use any of {', '.join(known)}"
+        )
     return args
 
 
@@ -298,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     results = [combine(runs[c["name"]], c) for c in configs]
     report = {
         "machine": machine(),
-        "settings": {k: v for k, v in vars(args).items() if k not in ("out", "only")},
+        "settings": {
+            k: str(v) if isinstance(v, Path) else v
+            for k, v in vars(args).items()
+            if k not in ("out", "only")
+        },
         "configurations": results,
         "ratios": compute_ratios(results, vars(args)),
     }

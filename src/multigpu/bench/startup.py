@@ -1,4 +1,4 @@
-"""How long a mistake takes to be answered: every bad-input case of the README, run as a user
+"""How long a mistake takes to be answered: every bad-input case of docs/troubleshooting.md, run as a user
 would (``python train.py <overrides>``), timed from start to exit, with its exit status and
 its last line on stderr.
 

@@ -8,19 +8,31 @@ from torchvision import transforms
 from torchvision.datasets import FashionMNIST
 from typing_extensions import override
 
+from multigpu.atomic import check_writable
 from multigpu.data.base import ImageDataModule
-from multigpu.data.idx import ALL_RAW_FILES, prepare_raw_folder
-from multigpu.errors import UserError
+from multigpu.data.idx import ALL_RAW_FILES, missing_files, prepare_raw_folder
+from multigpu.errors import UserError, WriteFailed
 
 MEAN, STD = 0.2860, 0.3530
 SOURCE_URL = "https://github.com/zalandoresearch/fashion-mnist#get-the-data"
 
 
-def missing_data_message(raw: Path) -> str:
+def missing_data_message(raw: Path, source: Path | None = None) -> str:
+    """Which files are missing, where they were looked for, and where to get them."""
+    missing = missing_files(raw) or ALL_RAW_FILES
+    looked = f" (unpacked or .gz, there or in data.source={source})" if source else " (or .gz)"
     names = ", ".join(f"{name}.gz" for name in ALL_RAW_FILES)
     return (
-        f"Fashion-MNIST not found in {raw}: put {names} there (from {SOURCE_URL}), "
-        "or point data.source (or MULTIGPU_DATA) at a folder holding FashionMNIST/raw/"
+        f"Fashion-MNIST not found in {raw}: missing {', '.join(missing)}{looked}; put "
+        f"{names} there (from {SOURCE_URL}), or point data.source (or MULTIGPU_DATA) at a "
+        "folder holding FashionMNIST/raw/"
+    )
+
+
+def unwritable_root_message(root: Path, raw: Path, error: WriteFailed) -> str:
+    return (
+        f"data.root={root}: {error}; the data files are unpacked (or downloaded) there: pass "
+        f"a writable data.root, or put the four unpacked IDX files in {raw} first"
     )
 
 
@@ -68,18 +80,22 @@ class FashionMNISTDataModule(ImageDataModule):
                 f"data.source={self.source} is not a folder: point it (or MULTIGPU_DATA) at a "
                 "folder holding FashionMNIST/raw/*.gz, or set it to null"
             )
-        if prepare_raw_folder(self.raw_folder, self.source_folder):
-            return
+        try:
+            if prepare_raw_folder(self.raw_folder, self.source_folder):
+                return
+            if self.download:
+                check_writable(self.raw_folder)  # where the download goes
+        except WriteFailed as err:
+            raise UserError(unwritable_root_message(self.root, self.raw_folder, err)) from None
+        missing = missing_data_message(self.raw_folder, self.source_folder)
         if not self.download:
-            raise UserError(missing_data_message(self.raw_folder) + " (data.download=false)")
+            raise UserError(missing + " (data.download=false)")
         try:
             FashionMNIST(str(self.root), train=True, download=True)
             FashionMNIST(str(self.root), train=False, download=True)
         except Exception as err:  # network errors come in many types; all mean the same here
             reason = " ".join(str(err).split())[:300] or type(err).__name__
-            raise UserError(
-                missing_data_message(self.raw_folder) + f"; download failed: {reason}"
-            ) from None
+            raise UserError(f"{missing}; download failed: {reason}") from None
         if not prepare_raw_folder(self.raw_folder):
             raise UserError(missing_data_message(self.raw_folder))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from multigpu.atomic import atomic_file
+from multigpu.atomic import atomic_file, write_failed
 from multigpu.errors import UserError
 
 IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions
@@ -107,15 +107,16 @@ def prepare_raw_folder(raw: Path, source: Path | None = None) -> bool:
     """Fill ``raw`` with the four IDX files, unpacking ``.gz`` found in ``raw`` or ``source``
     (a read-only offline copy stays untouched), then check them all.
 
-    Returns False when some file is found nowhere, True when all four are usable.
+    Returns False when some file is found nowhere (``missing_files`` names them), True when all
+    four are usable; a folder that cannot be written raises ``WriteFailed`` naming it.
     """
     folders = [raw] + ([source] if source is not None else [])
     for name in ALL_RAW_FILES:
         target = raw / name
-        if not target.exists():
-            raw.mkdir(parents=True, exist_ok=True)
+        if not target.exists() and any(found_in(folder, name) for folder in folders):
+            make_folder(raw)
             _fill(target, folders)
-    if not all((raw / name).exists() for name in ALL_RAW_FILES):
+    if missing_files(raw):
         return False
     for images, labels in RAW_FILES.values():
         n_images = check_idx(raw / images, "images")
@@ -126,3 +127,22 @@ def prepare_raw_folder(raw: Path, source: Path | None = None) -> bool:
                 "the pair does not belong together, fetch both again"
             )
     return True
+
+
+def found_in(folder: Path, name: str) -> bool:
+    """Whether ``folder`` holds the file ``name``, unpacked or as ``.gz``."""
+    return (folder / name).exists() or (folder / f"{name}.gz").exists()
+
+
+def missing_files(raw: Path) -> list[str]:
+    """The IDX files ``raw`` does not hold (unpacked)."""
+    return [name for name in ALL_RAW_FILES if not (raw / name).exists()]
+
+
+def make_folder(raw: Path) -> None:
+    """``raw`` and its parents; a folder that cannot be created is a ``WriteFailed`` naming it
+    (read-only, no permission, a file in the way), as a file that cannot be written is."""
+    try:
+        raw.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise write_failed(raw, error) from None

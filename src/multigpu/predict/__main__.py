@@ -23,6 +23,7 @@ from multigpu.predict.cost_model import (
     speedup,
     step_s,
 )
+from multigpu.schema import DefaultsHelp, OneLineParser, existing_folder, number, output_file
 
 # Nominal one-direction bandwidths of common links; latencies are order-of-magnitude guesses.
 LINKS = {
@@ -198,30 +199,47 @@ def print_check(rows: list[dict[str, Any]]) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m multigpu.predict",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    """Every argument checked as it is parsed: a mistake is one ``error:`` line, exit 2."""
+    parser = OneLineParser(
+        prog="python -m multigpu.predict", description=__doc__, formatter_class=DefaultsHelp
     )
     parser.add_argument(
         "--check",
-        type=Path,
+        type=existing_folder,
         metavar="SWEEP_DIR",
-        help="compare with a sweep run with phases=true on this machine",
+        help="compare with a sweep run with phases=true on this machine, instead of predicting "
+        "for GPUs",
     )
-    parser.add_argument("--plot", type=Path, help="write the predicted speedup figure here")
-    parser.add_argument("--gpu-images-per-s", type=float, default=30_000)
-    parser.add_argument("--fixed-ms", type=float, default=0.5)
-    parser.add_argument("--batch-per-device", type=int, default=256)
+    parser.add_argument(
+        "--plot",
+        type=output_file(".png"),
+        metavar="PNG",
+        help="write the predicted speedup figure to this .png file",
+    )
+    parser.add_argument(
+        "--gpu-images-per-s",
+        type=number(1, 1e9),
+        default=30_000,
+        help="training images per second of one GPU for the d2l ResNet-18",
+    )
+    parser.add_argument(
+        "--fixed-ms",
+        type=number(0, 1e6),
+        default=0.5,
+        help="work per step that does not grow with the batch (loss, optimizer), in ms",
+    )
+    parser.add_argument(
+        "--batch-per-device",
+        type=number(1, 2**20, integer=True),
+        default=256,
+        help="images per GPU per step (the global batch grows with the GPUs)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check is not None:
-        if not args.check.is_dir():
-            print(f"error: {args.check} is not a folder: pass a sweep folder", file=sys.stderr)
-            return 2
         rows = check(args.check)
         if not rows:
             print(

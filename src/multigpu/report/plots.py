@@ -1,5 +1,5 @@
-"""The sweep's pictures: test accuracy per epoch, throughput/speedup per device count, and (for
-jobs run with ``phases=true``) where each job's step time goes."""
+"""The sweep's pictures: test accuracy per epoch and against wall time, throughput/speedup per
+device count, and (for jobs run with ``phases=true``) where each job's step time goes."""
 
 from __future__ import annotations
 
@@ -49,6 +49,52 @@ def plot_test_accuracy(curves: list[tuple[str, list[dict[str, Any]]]], path: Pat
     save(accuracy_figure(curves), path)
 
 
+def acc_vs_time_figure(
+    curves: list[tuple[str, list[dict[str, Any]]]], targets: list[float] = ()
+) -> Figure:
+    """One line per (label, per-epoch history): test accuracy against ``wall_s``, the wall time
+    since the run's start at the end of each evaluation (docs/records.md, "Time to accuracy"), from 0;
+    the ``targets`` as dotted lines. Epochs without a wall time (older records) are left out."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    longest = max(
+        [0.0, *(h["wall_s"] for _, history in curves for h in history if h.get("wall_s"))]
+    )
+    minutes = longest > 600
+    scale = 60.0 if minutes else 1.0
+    for label, history in curves:
+        points = [
+            (h["wall_s"] / scale, h["test_acc"])
+            for h in history
+            if h.get("wall_s") is not None and h.get("test_acc") is not None
+        ]
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="o", label=label)
+    if ax.lines:
+        for target in targets:
+            ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+            ax.annotate(
+                f"{target:g}", (1, target), xycoords=("axes fraction", "data"), fontsize=7,
+                color="grey", xytext=(2, 0), textcoords="offset points", va="center",
+            )  # fmt: skip
+        ax.legend(fontsize=8)
+        ax.set_xlim(left=0)
+    else:
+        ax.text(0.5, 0.5, "no evaluation with a wall time", ha="center", transform=ax.transAxes)
+    unit = "min" if minutes else "s"
+    ax.set_xlabel(f"wall time since the run's start ({unit}), at the end of each evaluation")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Test accuracy against wall time")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_acc_vs_time(
+    curves: list[tuple[str, list[dict[str, Any]]]], path: Path, targets: list[float] = ()
+) -> None:
+    save(acc_vs_time_figure(curves, targets), path)
+
+
 def scaling_lines(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """One line per strategy and setting: the same global batch and lr across device counts,
     or, when a sweep scaled them with the devices, the same per-device batch and lr per sample."""
@@ -90,7 +136,7 @@ def scaling_figure(rows: list[dict[str, Any]]) -> Figure:
         ax.legend(fontsize=8)
         ax.set_xlim(0, top + 0.25)
         ax.set_ylim(bottom=0)
-        ax.set_xticks(range(0, top + 1))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=12, integer=True))  # whole devices
     fig.tight_layout()
     return fig
 

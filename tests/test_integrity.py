@@ -1,0 +1,440 @@
+"""A result is never silently wrong: a resume continues the same run or says why not, a
+finished result is never overwritten or relabelled, a run folder has one owner, job folders
+are unique. The invariants in-process, with generated inputs (Hypothesis); the named cases as
+real ``train.py`` runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TINY, compose_config, run_script
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from multigpu.computation import computation, describe, differences, flatten
+from multigpu.errors import OccupiedFolder, UserError
+from multigpu.job_names import MAX_NAME, job_folder_name
+from multigpu.outcome import COMPLETED, Outcome
+from multigpu.ownership import acquire, is_free, release
+from multigpu.record import RunRecord, summarize
+from multigpu.resume import check_same_run, latest_of
+
+EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+MANY = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+RUN = {"strategy": "single", "devices": 1, "batch_size": 8, "lr": 0.1}
+SYNTHETIC = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+
+# Values as JSON keeps them, and settings as flat mappings of dotted keys.
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=False, width=32),
+    st.text(max_size=12),
+)
+keys = st.lists(st.sampled_from("abcde"), min_size=1, max_size=3).map(".".join)
+flat_settings = st.dictionaries(keys, scalars, max_size=6).filter(
+    lambda d: not any(k.startswith(f"{o}.") for k in d for o in d)  # as flatten makes them
+)
+
+
+# What a run computes ---------------------------------------------------------------------------
+def settings_of(*overrides: str, folder: Path = Path("/tmp/x")) -> dict:
+    from conftest import resolve_on
+
+    cfg = compose_config([*TINY, *overrides], folder)
+    return computation(cfg, resolve_on(cfg))
+
+
+def test_settings_ignore_where_and_how_but_count_what_changes_the_math():
+    base = settings_of()
+    for same in (
+        "data.num_workers=1",
+        "data.pipeline=memory",
+        "strategy=scatter_allreduce",
+        "trainer.devices=2",
+        "trainer.max_epochs=7",
+        "model.channels_last=true",
+        "phases=true",
+        "logger=csv",
+        "data.root=/elsewhere",
+    ):
+        overrides = [same, "strategy=scatter_allreduce"] if same == "trainer.devices=2" else [same]
+        assert differences(base, settings_of(*overrides)) == {}, same
+    for changed, key in (
+        ("model.optimizer.lr=0.2", "model.optimizer.lr"),
+        ("model.optimizer.momentum=0.9", "model.optimizer.momentum"),
+        ("data.train_subset=100", "data.train_subset"),
+        ("data.batch_size=128", "data.batch_size"),
+        ("seed=3", "seed"),
+        ("model.net.width=8", "model.net.width"),
+        ("+trainer.gradient_clip_val=1.0", "trainer.gradient_clip_val"),
+        ("trainer.precision=bf16-mixed", "trainer.precision"),
+        ("+model/scheduler=cosine", "model.scheduler"),
+    ):
+        assert key in differences(base, settings_of(changed)), changed
+
+
+def test_the_global_batch_and_the_scaled_lr_count_as_resolved():
+    per_device = ["data.batch_size_per_device=64", "strategy=scatter_allreduce"]
+    one, two = settings_of(*per_device), settings_of(*per_device, "trainer.devices=2")
+    assert differences(one, two)["data.batch_size"] == (64, 128)
+    linear = ["model.lr_scaling.rule=linear", "data.batch_size=512"]
+    assert settings_of(*linear)["model.optimizer.lr"] == pytest.approx(0.2)
+
+
+@EXAMPLES
+@given(flat_settings, flat_settings)
+def test_differences_are_those_of_shared_keys_or_of_a_value_against_a_node(saved, current):
+    changed = differences(saved, current)
+    assert differences(saved, saved) == {}
+    assert set(differences(current, saved)) == set(changed)
+    for key, (old, new) in changed.items():
+        assert key in saved or key in current
+        assert old != new or type(old) is not type(new)
+    for key in set(saved) & set(current):
+        if key not in changed:
+            assert json.dumps(saved[key]) == json.dumps(current[key]) or saved[key] == current[key]
+    assert "\n" not in describe(changed)
+
+
+def test_a_scheduler_added_is_a_difference_though_its_keys_are_new():
+    saved = flatten({"model": {"scheduler": None, "net": {"width": 4}}})
+    current = flatten({"model": {"scheduler": {"T_max": 5}, "net": {"width": 4}}})
+    assert list(differences(saved, current)) == ["model.scheduler"]
+
+
+# Resume checks ----------------------------------------------------------------------------------
+@EXAMPLES
+@given(flat_settings, flat_settings, st.lists(keys, max_size=3))
+def test_a_resume_is_refused_by_name_unless_every_difference_is_allowed(saved, current, allowed):
+    changed = differences(saved, current)
+
+    def covered(key: str) -> bool:
+        return any(key == a or key.startswith(f"{a}.") for a in allowed)
+
+    refused = [k for k in changed if not covered(k)]
+    if refused:
+        with pytest.raises(UserError) as error:
+            check_same_run(Path("x.ckpt"), saved, current, allowed)
+        text = str(error.value)
+        assert "\n" not in text and f"resume_changes=[{','.join(refused)}]" in text
+        assert "init_from=x.ckpt" in text
+    else:
+        assert check_same_run(Path("x.ckpt"), saved, current, allowed) == changed
+
+
+def write_run(folder: Path, settings: dict, mtime: float) -> Path:
+    (folder / "checkpoints").mkdir(parents=True)
+    last = folder / "checkpoints" / "last.ckpt"
+    last.write_bytes(b"checkpoint")
+    record = summarize([], RUN, settings=settings)
+    (folder / "metrics.json").write_text(json.dumps({**record, "status": "completed"}))
+    os.utime(last, (mtime, mtime))
+    return last
+
+
+@EXAMPLES
+@given(st.lists(st.sampled_from([{"lr": 0.1}, {"lr": 0.2}, {"lr": 0.1, "w": 4}]), max_size=5))
+def test_latest_is_the_newest_checkpoint_of_the_same_settings(tmp_path_factory, runs):
+    root = tmp_path_factory.mktemp("runs")
+    paths = [write_run(root / str(i), s, 1_000_000 + i) for i, s in enumerate(runs)]
+    wanted = {"lr": 0.1}
+    same = [p for p, s in zip(paths, runs, strict=True) if not differences(s, wanted)]
+    if same:
+        assert latest_of(root, wanted, []) == same[-1]
+    else:
+        with pytest.raises(UserError) as error:
+            latest_of(root, wanted, [])
+        assert "\n" not in str(error.value)
+        if paths:
+            assert f"the newest is {paths[-1]}" in str(error.value)
+
+
+# Run folders ------------------------------------------------------------------------------------
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+records = st.one_of(
+    st.fixed_dictionaries(
+        {
+            "status": st.sampled_from(["running", "completed", "diverged", "failed", "x"]),
+            "settings": st.one_of(st.none(), st.just("SAME"), flat_settings),
+            "epochs": st.one_of(st.integers(0, 5), st.text(max_size=3)),
+            "history": st.one_of(st.just([]), st.lists(st.dictionaries(keys, scalars))),
+        }
+    ).map(lambda changes: json.dumps({**summarize([], RUN), **changes})),
+    st.text(max_size=50),
+    st.binary(max_size=50).map(lambda b: b.decode("latin-1")),
+)
+
+
+@EXAMPLES
+@given(records, st.booleans())
+def test_a_folder_is_taken_over_only_by_the_same_run_and_a_refusal_touches_nothing(
+    tmp_path_factory, record, with_checkpoint
+):
+    from multigpu.admission import admit
+    from multigpu.cli import hydra_runtime
+    from multigpu.settings import Machine
+
+    folder = tmp_path_factory.mktemp("run")
+    cfg = compose_config([*SYNTHETIC, "trainer.max_epochs=3"], folder)
+    from conftest import resolve_on
+
+    same = computation(cfg, resolve_on(cfg))
+    (folder / "metrics.json").write_text(record.replace('"SAME"', json.dumps(same)))
+    if with_checkpoint:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    before = snapshot(folder)
+    try:
+        admission = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), folder)
+    except UserError as error:
+        assert "\n" not in str(error) and str(folder) in str(error)
+    else:
+        previous = json.loads(record.replace('"SAME"', json.dumps(same)))
+        assert differences(previous["settings"], same) == {}  # only the same run
+        if admission.finished is not None:
+            assert previous["status"] in ("completed", "diverged")
+        assert admission.continued == (
+            folder / "checkpoints" / "last.ckpt" if with_checkpoint and not admission.finished
+            else None
+        )  # fmt: skip
+    assert snapshot(folder) == before
+
+
+@EXAMPLES
+@given(
+    st.lists(
+        st.sampled_from(["epoch", "finish_completed", "finish_failed", "foreign", "end_on_disk"]),
+        max_size=8,
+    )
+)
+def test_a_record_moves_forward_only_and_only_by_its_own_run(tmp_path_factory, operations):
+    path = tmp_path_factory.mktemp("run") / "metrics.json"
+    record = RunRecord(path, {"strategy": "single"}, settings={"a": 1})
+    record.claim([])
+    ended = foreign = False
+    for operation in operations:
+        before = path.read_text()
+        if operation == "epoch":
+            record.add_epoch({"epoch": len(record.history) + 1, "test_acc": 0.5})
+        elif operation.startswith("finish"):
+            status = operation.split("_")[1]
+            record.finish(COMPLETED if status == "completed" else Outcome(status, "why", 1))
+        elif operation == "foreign":  # another run's record put there by hand
+            path.write_text(json.dumps({"status": "running", "run_id": "other", "epochs": 9}))
+            foreign, before = True, path.read_text()
+        else:  # the record on disk ended by someone else
+            on_disk = json.loads(path.read_text())
+            path.write_text(json.dumps({**on_disk, "status": "failed"}))
+            before = path.read_text()
+        after = json.loads(path.read_text())
+        if foreign or ended:
+            assert path.read_text() == before  # never overwritten
+        if after.get("status") != "running":
+            ended = True
+    final = json.loads(path.read_text())
+    assert final["status"] in ("running", "completed", "failed")
+
+
+# Folder ownership -------------------------------------------------------------------------------
+HOLD = (
+    "import sys, time; from multigpu.ownership import acquire; acquire(sys.argv[1]); time.sleep(60)"
+)
+
+
+def test_a_folder_is_owned_until_its_process_dies_even_by_sigkill(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)])
+    try:
+        deadline = time.monotonic() + 20
+        while is_free(tmp_path):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+        with pytest.raises(OccupiedFolder, match=f"in use by another run \\(pid {holder.pid}\\)"):
+            acquire(tmp_path)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert is_free(tmp_path)
+    assert acquire(tmp_path) is True
+    release(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == []  # no lock file left
+
+
+# Job folders ------------------------------------------------------------------------------------
+values = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=400
+)
+
+
+def check_names(a: str, b: str) -> None:
+    name_a = job_folder_name([f"data.root={a}"], ["data.root"], 0)
+    name_b = job_folder_name([f"data.root={b}"], ["data.root"], 1)
+    assert (name_a == name_b) == (a == b)
+    for name in (name_a, name_b):
+        assert "/" not in name and len(name.encode()) <= MAX_NAME
+
+
+@EXAMPLES
+@given(values, values)
+def test_job_folder_names_are_one_to_one_and_fit_the_file_system(a, b):
+    check_names(a, b)
+
+
+@pytest.mark.slow
+@MANY
+@given(values, values)
+def test_job_folder_names_many(a, b):
+    check_names(a, b)
+
+
+def test_the_named_job_folder_cases():
+    check_names("/x/c_d", "/x/c/d")
+    check_names("a" * 300, "a" * 300 + "b")
+
+
+# The named cases, as real runs -----------------------------------------------------------------
+def tiny_run(tmp_path: Path, *overrides: str, **kwargs):
+    flags = [o for o in overrides if o.startswith("-")]  # -m first, as argparse wants
+    rest = [o for o in overrides if not o.startswith("-")]
+    return run_script("train.py", *flags, *SYNTHETIC, *rest, cwd=tmp_path, **kwargs)
+
+
+def runs(tmp_path: Path) -> list[Path]:
+    return sorted(p.parent for p in (tmp_path / "outputs").rglob("metrics.json"))
+
+
+@pytest.mark.subprocess
+def test_a_sweep_resuming_latest_is_refused_whole_when_a_job_has_no_checkpoint_of_its_own(
+    tmp_path,
+):
+    first = tiny_run(tmp_path, "model.optimizer.lr=0.1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (earlier,) = runs(tmp_path)
+    before = snapshot(earlier)
+    sweep = tiny_run(
+        tmp_path, "-m", "trainer.max_epochs=2", "model.optimizer.lr=0.1,0.2", "ckpt_path=latest"
+    )
+    assert sweep.returncode == 2
+    (line,) = sweep.stderr.strip().splitlines()
+    assert line.startswith("error: 1 of 2 jobs cannot run, so none was started: job 1 (lr_0.2)")
+    assert "model.optimizer.lr=0.1 there, 0.2 here" in line
+    assert not (tmp_path / "outputs" / "multirun").exists() and snapshot(earlier) == before
+
+    resumed = tiny_run(tmp_path, "trainer.max_epochs=2", "ckpt_path=latest")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (new,) = [r for r in runs(tmp_path) if r != earlier]
+    record = json.loads((new / "metrics.json").read_text())
+    assert [h["epoch"] for h in record["history"]] == [1, 2]
+    assert [h["lr"] for h in record["history"]] == pytest.approx([0.1, 0.1])
+    assert record["resumed_from"]["checkpoint"].endswith(
+        str(earlier.relative_to(tmp_path) / "checkpoints" / "last.ckpt")
+    )
+    assert snapshot(earlier) == before
+
+    # Nothing to train: a notice, exit 0, nothing written.
+    done = tiny_run(tmp_path, "trainer.max_epochs=2", f"ckpt_path={new}/checkpoints/last.ckpt")
+    assert done.returncode == 0 and "nothing to train" in done.stderr
+    assert len(runs(tmp_path)) == 2 and len(list((tmp_path / "outputs").rglob(".hydra"))) == 2
+
+
+@pytest.mark.subprocess
+def test_init_from_starts_a_new_run_from_the_weights_with_its_own_settings(tmp_path):
+    first = tiny_run(tmp_path, "model.optimizer.lr=0.1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    (earlier,) = runs(tmp_path)
+    last = earlier / "checkpoints" / "last.ckpt"
+    refused = tiny_run(tmp_path, "model.optimizer.lr=0.3", f"ckpt_path={last}")
+    assert refused.returncode == 2
+    assert (
+        f"pass resume_changes=[model.optimizer.lr] to change it deliberately, or init_from={last}"
+        in (refused.stderr)
+    )
+    started = tiny_run(tmp_path, "model.optimizer.lr=0.3", f"init_from={last}")
+    assert started.returncode == 0, started.stderr[-3000:]
+    (new,) = [r for r in runs(tmp_path) if r != earlier]
+    record = json.loads((new / "metrics.json").read_text())
+    assert record["init_from"] == str(last) and record["resumed_from"] is None
+    assert [h["epoch"] for h in record["history"]] == [1]
+    assert record["history"][0]["lr"] == pytest.approx(0.3)
+
+
+@pytest.mark.subprocess
+def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
+    folder = tmp_path / "run"
+    first = tiny_run(tmp_path, f"hydra.run.dir={folder}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = snapshot(folder)
+    for overrides, status, text in (
+        (["model.net.width=0"], 2, "model.net.width=0 must be a positive integer"),
+        (["model.net.width=5"], 2, f"{folder} holds a run with other settings"),
+        (["trainer.max_epochs=3"], 2, "a finished result is not trained further in place"),
+        ([], 0, f"{folder} already holds this run, completed after 1 epoch(s)"),
+    ):
+        again = tiny_run(tmp_path, f"hydra.run.dir={folder}", *overrides)
+        assert again.returncode == status, again.stderr[-2000:]
+        (line,) = again.stderr.strip().splitlines()
+        assert text in line and "Traceback" not in again.stderr
+        assert snapshot(folder) == before  # record, config, checkpoint, events: all as they were
+
+
+@pytest.mark.subprocess
+def test_two_runs_in_one_folder_at_once_the_second_is_refused(tmp_path):
+    folder = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "MULTIGPU_DATA": "unused"}
+    slow = [*SYNTHETIC, "+callbacks.slow._target_=probes.SlowAfterEpoch"]
+    slow += ["+callbacks.slow.epoch=0", "+callbacks.slow.seconds=2", "data.batch_size=8"]
+    slow += [f"hydra.run.dir={folder}"]
+    command = [sys.executable, str(REPO / "train.py"), *slow]
+    first = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (folder / "metrics.json").is_file():
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        second = tiny_run(tmp_path, f"hydra.run.dir={folder}")
+        assert second.returncode == 2
+        (line,) = second.stderr.strip().splitlines()
+        assert line == (
+            f"error: {folder} is in use by another run (pid {first.pid}): wait for it to end, "
+            "or pass another hydra.run.dir"
+        )
+    finally:
+        first.terminate()
+        first.wait(timeout=60)
+    record = json.loads((folder / "metrics.json").read_text())
+    assert record["status"] == "interrupted"
+
+
+@pytest.mark.subprocess
+def test_sigterm_while_the_data_is_unpacked_is_recorded_and_leaves_no_partial_file(
+    tmp_path, shared_data
+):
+    """Before Lightning's fit has a handler of its own: the run ends interrupted (143), says so
+    in one line, its record says so, and the file being unpacked is not left half-written."""
+    data = tmp_path / "data"
+    command = [sys.executable, str(REPO / "train.py"), *TINY, f"data.root={data}"]
+    command += [f"data.source={shared_data}", "hydra.run.dir=run"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    run = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(data.rglob("*.partial")):
+        assert run.poll() is None and time.monotonic() < deadline, run.stderr.read()[-2000:]
+        time.sleep(0.005)
+    run.terminate()
+    said = run.stderr.read()
+    assert run.wait(timeout=60) == 143, said[-2000:]
+    assert said.strip().splitlines()[-1] == "error: interrupted by SIGTERM"
+    record = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert record["status"] == "interrupted" and record["reason"] == "interrupted by SIGTERM"
+    assert not list(tmp_path.rglob("*.partial"))

@@ -1,0 +1,203 @@
+"""Generated configs against the validator's contract: overrides drawn from the schema's keys
+(``multigpu.schema.SCHEMAS`` and the schedulers'), with values of their types, their edges and
+wrong types, composed by Hydra and resolved in-process. ``resolve_run`` either returns a ``Run``
+that can be trained, or raises ``UserError`` whose message is one line naming a drawn key; never
+any other exception. A value Hydra itself cannot parse is skipped."""
+
+from __future__ import annotations
+
+import json
+import math
+import typing
+from collections.abc import Mapping
+from dataclasses import fields
+from typing import Any
+
+import hypothesis.strategies as st
+import pytest
+from conftest import CONF, TINY, compose_config, resolve_on
+from hypothesis import HealthCheck, assume, event, given, settings
+from omegaconf import OmegaConf
+
+from multigpu.errors import UserError
+from multigpu.names import CPU_PRECISIONS, DATA_SIZES, SYNTHETIC
+from multigpu.schema import SCHEDULERS, SCHEMAS, config_tree
+from multigpu.settings import MAX_SEED, MAX_WIDTH, SYNTHETIC_SIZES, Run
+
+OUTPUT_DIR = "never-created"  # resolving writes nothing
+OPTIONS = {
+    group: sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+    for group in ("strategy", "data", "model/scheduler")
+}
+# Each scheduler schema's option of the model/scheduler group (by its _target_).
+SCHEDULER_OPTIONS = {
+    OmegaConf.load(CONF / "model" / "scheduler" / f"{option}.yaml")._target_: option
+    for option in OPTIONS["model/scheduler"]
+}
+
+
+def catalog() -> list[tuple[str, Any, str | None]]:
+    """(dotted key, its type, the scheduler option it needs) for every key of the schema."""
+    keys = []
+    for path, schema in SCHEMAS.items():
+        hints = typing.get_type_hints(schema)
+        keys += [(f"{path}.{f.name}".lstrip("."), hints[f.name], None) for f in fields(schema)]
+    for target, schema in SCHEDULERS.items():
+        hints = typing.get_type_hints(schema)
+        option = SCHEDULER_OPTIONS[target]
+        keys += [(f"model.scheduler.{f.name}", hints[f.name], option) for f in fields(schema)]
+    nodes = ("model.net", "model.optimizer", "model.lr_scaling", "model.scheduler")
+    return keys + [(node, "node", None) for node in nodes]
+
+
+KEYS = catalog()
+EDGE_INTS = [0, -1, 1, 2, 3, -2, 255, 256, 60_000, 60_001, 2**31, 2**32, 2**63, -(2**63), 10**30]
+EDGE_FLOATS = [0.0, -0.0, 0.5, 1.0, -1.0, 1e-320, 1e300, -1e300, math.nan, math.inf, -math.inf]
+WORDS = ["", "auto", "cpu", "gpu", "none", "batch", "linear", "memory", "16-mixed", "bf16", "ü"]
+WORDS += ["${nosuch}", "${trainer.max_epochs}", "a b", "1,2", "[0,1]", "-1", "x" * 300]
+ints = st.one_of(st.sampled_from(EDGE_INTS), st.integers(-(10**6), 10**6), st.integers())
+floats = st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(), st.floats(-10, 10))
+texts = st.one_of(st.sampled_from(WORDS), st.text(max_size=20), st.text(min_size=300, max_size=300))
+scalars = st.one_of(st.none(), st.booleans(), ints, floats, texts)
+anything = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "mode", "width", "_target_"]), inner, max_size=2),
+    ),
+    max_leaves=4,
+)
+
+
+def values_of(annotation: Any) -> st.SearchStrategy:
+    """Mostly values of the key's own type and its edges; wrong types the rest of the time."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is list:
+        own = st.lists(st.one_of(floats, ints), max_size=4)
+    elif args:  # X | None
+        own = st.one_of(st.none(), values_of(args[0]))
+    else:
+        own = {int: ints, float: st.one_of(floats, ints), bool: st.booleans(), str: texts}.get(
+            annotation, anything
+        )
+    return st.one_of(own, own, anything)
+
+
+def render(value: Any) -> str:
+    """A value as a command-line override writes it."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else repr(value)  # inf, -inf, 1e+300 as Hydra reads
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if isinstance(value, list):
+        return "[" + ",".join(render(v) for v in value) + "]"
+    return "{" + ",".join(f"{k}:{render(v)}" for k, v in value.items()) + "}"
+
+
+@st.composite
+def drawn_configs(draw) -> tuple[list[str], list[str]]:
+    """(overrides, the keys they name): group options, then a few values."""
+    overrides, named = [], []
+    for group, default in (("strategy", "single"), ("data", "fashion_mnist")):
+        option = draw(st.sampled_from([default, *OPTIONS[group]]))
+        if option != default:
+            overrides.append(f"{group}={option}")
+            named.append(group)
+    scheduler = draw(st.sampled_from([None, *OPTIONS["model/scheduler"]]))
+    for _ in range(draw(st.integers(1, 3))):
+        key, annotation, needs = draw(st.sampled_from(KEYS))
+        if needs is not None:
+            scheduler = needs
+        value = draw(values_of(annotation) if annotation != "node" else anything)
+        overrides.append(f"++{key}={render(value)}")
+        named.append(key)
+    if scheduler is not None:
+        overrides.insert(0, f"+model/scheduler={scheduler}")
+        named.append("model.scheduler")
+    return overrides, named
+
+
+def check_contract(overrides: list[str], named: list[str]) -> None:
+    try:
+        cfg = compose_config([*TINY, *overrides], output_dir=OUTPUT_DIR)
+    except Exception:  # Hydra's own answer to what its grammar cannot parse
+        assume(False)
+    try:
+        run = resolve_on(cfg)
+    except UserError as err:
+        message = str(err)
+        event("refused")
+        assert len(message.splitlines()) == 1, message
+        assert any(key in message for key in named), (message, overrides)
+        return
+    event("resolved")
+    check_runnable(run, config_tree(cfg))
+
+
+def check_runnable(run: Run, tree: Mapping[str, Any]) -> None:
+    """What a config that resolved must satisfy to be trained."""
+    assert isinstance(run, Run) and run.accelerator == "cpu" and run.num_nodes == 1
+    assert 1 <= run.processes <= run.batch_size and run.batch_size % run.processes == 0
+    assert run.process_batch_size * run.processes == run.batch_size
+    ids = run.device_ids
+    assert ids and len(set(ids)) == len(ids) and min(ids) >= 0
+    assert math.isfinite(run.lr) and run.lr > 0
+    assert math.isfinite(run.warmup_from) and run.warmup_from >= 0
+    assert math.isfinite(run.warmup_epochs) and run.warmup_epochs >= 0
+    assert run.max_epochs is None or run.max_epochs == -1 or run.max_epochs >= 1
+    assert run.seed is None or 0 <= run.seed <= MAX_SEED
+    assert run.precision in CPU_PRECISIONS and run.launcher in ("none", "popen", "spawn")
+    assert run.width is None or 1 <= run.width <= MAX_WIDTH
+    json.dumps(run.record(), allow_nan=False)  # records are strict JSON
+    assert all_finite(tree)
+    check_data_fits(tree["data"], tree["model"]["net"])
+    check_scheduler(tree["model"].get("scheduler"), run)
+
+
+def all_finite(node: Any) -> bool:
+    if isinstance(node, Mapping):
+        return all(all_finite(v) for v in node.values())
+    if isinstance(node, list):
+        return all(all_finite(v) for v in node)
+    return not isinstance(node, float) or math.isfinite(node)
+
+
+def check_data_fits(data: Mapping[str, Any], net: Mapping[str, Any]) -> None:
+    if data["_target_"] == SYNTHETIC:
+        train, test, classes = (data.get(k, v) for k, v in SYNTHETIC_SIZES.items())
+    else:
+        train, test, classes = DATA_SIZES[data["_target_"]]
+    images = min(train, data.get("train_subset") or train)
+    assert 1 <= images and (data.get("val_size") or 0) < images
+    assert 1 <= (data.get("test_subset") or test) <= test
+    assert net.get("num_classes", 10) == classes and net.get("in_channels", 1) == 1
+
+
+def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
+    if not scheduler:
+        return
+    if "step_size" in scheduler:
+        assert scheduler["step_size"] >= 1 and scheduler.get("gamma", 0.1) > 0
+    if "T_max" in scheduler:
+        assert scheduler["T_max"] >= 1 and 0 <= scheduler.get("eta_min", 0.0) <= run.lr
+        assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
+
+
+HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=HEALTH)
+@given(drawn_configs())
+def test_generated_configs_resolve_or_are_refused_in_one_line(case):
+    check_contract(*case)
+
+
+@pytest.mark.slow
+@settings(max_examples=1000, deadline=None, suppress_health_check=HEALTH)
+@given(drawn_configs())
+def test_many_generated_configs_resolve_or_are_refused_in_one_line(case):
+    check_contract(*case)
