@@ -1,6 +1,10 @@
-"""Test accuracy of a checkpoint: ``python eval.py ckpt_path=<run>/checkpoints/last.ckpt``."""
+"""Test accuracy of a checkpoint: ``python eval.py ckpt_path=<run>/checkpoints/last.ckpt``
+(or ``ckpt_path=latest``). Stdout is the JSON alone, for a pipe; everything else goes to stderr
+(log lines: ``conf/eval.yaml``)."""
 
 import json
+import sys
+from contextlib import redirect_stdout
 
 import hydra
 from omegaconf import DictConfig
@@ -8,6 +12,7 @@ from omegaconf import DictConfig
 from multigpu.cli import report_user_errors
 from multigpu.evaluation import evaluate  # torch-free until the settings are checked
 from multigpu.quiet import quiet
+from multigpu.typos import check_command_line
 
 quiet()
 
@@ -15,10 +20,12 @@ quiet()
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @report_user_errors
 def main(cfg: DictConfig) -> float:
-    result = evaluate(cfg)
-    print(json.dumps(result))
+    with redirect_stdout(sys.stderr):  # whatever the evaluation prints is not the result
+        result = evaluate(cfg)
+    print(json.dumps(result), flush=True)
     return result["test_acc"]
 
 
 if __name__ == "__main__":
+    check_command_line("eval")  # a misspelt key or option: one line, exit 2
     main()

@@ -9,6 +9,7 @@ from multigpu.record import is_rank_zero
 from multigpu.run_summary import print_closing_lines
 from multigpu.sweep import keep_sweeping
 from multigpu.training import train  # torch-free until the config is checked
+from multigpu.typos import check_command_line
 
 register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a sweep's jobs
 quiet()  # here too for DDP's workers, which start from this file
@@ -25,4 +26,5 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
+    check_command_line("config")  # a misspelt key or option: one line, exit 2
     main()

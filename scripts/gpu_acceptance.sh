@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU acceptance in one command, on a machine with a CUDA GPU:
-#   bash scripts/gpu_acceptance.sh [all|tests|bench] [--cpu]
+#   bash scripts/gpu_acceptance.sh [all|tests|bench] [--cpu]   (in any order; --help lists all)
 # Installs the wheels of .whl/ (scripts/gpu_prepare.sh) when Hydra is missing, reads the data
 # from .gpu-data/ unless MULTIGPU_DATA says otherwise, and writes gpu.md (and the logs) to $OUT,
 # or outputs/gpu when OUT is unset.
@@ -13,6 +13,5 @@ if ! python3 -c "import hydra, omegaconf" 2>/dev/null; then
 fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export MULTIGPU_DATA="${MULTIGPU_DATA:-$PWD/.gpu-data}"
-part="${1:-all}"
-shift || true
-exec python3 -m multigpu.acceptance --part "$part" --out "${OUT:-outputs/gpu}" "$@"
+# The part and the options are passed as given, in any order (--out given here wins over $OUT).
+exec python3 -m multigpu.acceptance --out "${OUT:-outputs/gpu}" "$@"

@@ -6,9 +6,12 @@ import json
 
 import pytest
 import torch
-from conftest import TINY, compose_config, run_script, tensorboard_scalars
+from conftest import CONF, TINY, compose_config, run_script, tensorboard_scalars
+from hydra import compose, initialize_config_dir
 
 from multigpu.checkpoint import load_network
+from multigpu.errors import UserError
+from multigpu.evaluation import evaluate
 from multigpu.training import train
 
 
@@ -22,8 +25,9 @@ def test_train_function_with_fast_dev_run(tmp_path):
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, data_root):
-    """Two short epochs of a narrow network on real data, through ``python train.py``."""
-    run_dir = tmp_path_factory.mktemp("run")
+    """Two short epochs of a narrow network on real data, through ``python train.py``, in a
+    project folder as a user's: the run is ``<project>/outputs/run``."""
+    project = tmp_path_factory.mktemp("project")
     result = run_script(
         "train.py",
         *TINY,
@@ -32,11 +36,11 @@ def finished_run(tmp_path_factory, data_root):
         "data.test_subset=1000",
         "data.batch_size=128",
         f"data.root={data_root}",
-        f"hydra.run.dir={run_dir}",
-        cwd=run_dir,
+        "hydra.run.dir=outputs/run",
+        cwd=project,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return run_dir
+    return project / "outputs" / "run"
 
 
 @pytest.mark.subprocess
@@ -60,20 +64,31 @@ def test_run_leaves_config_events_checkpoint_and_metrics(finished_run):
 
 
 @pytest.mark.subprocess
-def test_eval_reports_the_runs_test_accuracy(finished_run, data_root):
+def test_eval_of_the_latest_checkpoint_reports_the_runs_test_accuracy(finished_run, data_root):
+    """``ckpt_path=latest`` in the project folder, as train.py takes it; stdout is the JSON
+    alone (``eval.py ... | jq``), whatever Lightning says goes to stderr."""
     result = run_script(
         "eval.py",
-        f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}",
+        "ckpt_path=latest",
         f"data.root={data_root}",
         "data.test_subset=1000",
         "trainer.accelerator=cpu",
-        cwd=finished_run,
+        cwd=finished_run.parent.parent,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    reported = json.loads(result.stdout.strip().splitlines()[-1])
+    reported = json.loads(result.stdout)
     metrics = json.loads((finished_run / "metrics.json").read_text())
+    assert reported["checkpoint"] == "outputs/run/checkpoints/last.ckpt"
     assert reported["samples"] == 1000 and reported["epochs_trained"] == metrics["epochs"] == 2
     assert reported["test_acc"] == pytest.approx(metrics["test_acc"], abs=1e-6)
+    assert "GPU available" not in result.stderr and "TPU available" not in result.stderr
+
+
+def test_eval_latest_without_runs_says_what_to_pass(tmp_path):
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("eval", overrides=["ckpt_path=latest", f"paths.runs_dir={tmp_path}"])
+    with pytest.raises(UserError, match=r"ckpt_path=latest found no checkpoints/last.ckpt under"):
+        evaluate(cfg)
 
 
 @pytest.mark.subprocess
@@ -87,7 +102,7 @@ def test_eval_reads_any_data_option(finished_run):
         cwd=finished_run,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    reported = json.loads(result.stdout.strip().splitlines()[-1])
+    reported = json.loads(result.stdout)
     assert reported["samples"] == 256 and 0 <= reported["test_acc"] <= 1
 
 

@@ -5,16 +5,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import subprocess
+import sys
 import warnings
 from types import SimpleNamespace
 
 import pytest
-from conftest import TINY, run_script
+from conftest import REPO, SHARED_DATA, TINY, run_script
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from multigpu.callbacks.progress import epoch_description
+from multigpu.acceptance import parse_args as acceptance_args
+from multigpu.bench.report import NOT_MEASURED, SMOKE_TEST_LINE, compute_ratios, to_markdown
+from multigpu.callbacks.progress import ProgressBar, epoch_description
 from multigpu.job_names import job_folder_name, short_names, swept_keys
 from multigpu.quiet import quiet
 from multigpu.record import SCHEMA, speed, summarize, upgrade
@@ -32,8 +37,8 @@ def test_swept_keys_come_from_the_command_line_and_the_sweeper():
 def test_job_folders_name_the_swept_values():
     keys = ["trainer.devices", "data.batch_size"]
     job = ["trainer.devices=2", "data.batch_size=512", "seed=1", "data.root=/a/b"]
-    assert job_folder_name(job, keys, 3) == "devices=2,batch_size=512"
-    assert job_folder_name(["+data.root=/a/b"], ["data.root"], 0) == "root=_a_b"
+    assert job_folder_name(job, keys, 3) == "devices_2-batch_size_512"
+    assert job_folder_name(["+data.root=/a/b"], ["data.root"], 0) == "root_%2Fa%2Fb"
     assert job_folder_name(job, [], 3) == "3"  # nothing swept: the job's number
     assert short_names(["model.optimizer.lr", "scheduler.lr"]) == {
         "model.optimizer.lr": "model.optimizer.lr",
@@ -143,10 +148,15 @@ def test_quiet_drops_only_the_noise(caplog):
             warnings.warn(message, category, stacklevel=1)
     assert [str(w.message) for w in shown] == ["something about the user's run"]
     lightning = logging.getLogger("pytorch_lightning.utilities.rank_zero")
+    kept = ["`Trainer.fit` stopped: No training batches.", "Restoring states from ckpt"]
     with caplog.at_level(logging.INFO):
         lightning.info("💡 Tip: For seamless cloud logging ...")
         lightning.info("GPU available: False, used: False")
-    assert [r.getMessage() for r in caplog.records] == ["GPU available: False, used: False"]
+        lightning.info("TPU available: False, using: 0 TPU cores")
+        lightning.info("`Trainer.fit` stopped: `max_epochs=2` reached.")
+        for message in kept:
+            lightning.info(message)
+    assert [r.getMessage() for r in caplog.records] == kept
 
 
 def test_closing_lines_say_how_the_run_did_and_where_it_is(tmp_path, monkeypatch):
@@ -214,6 +224,9 @@ def test_a_run_ends_with_its_summary_and_no_noise(tmp_path, layout):
     assert "loss=" in said and "test/acc=" in said
     for noise in ("💡", "LeafSpec", "srun", "log_every_n_steps", "DataLoader 0", "v_num", "Warn"):
         assert noise not in said
+    for noise in ("GPU available", "TPU available", "`Trainer.fit` stopped"):
+        assert noise not in said
+    assert not glued_to_a_bar(result.stdout), result.stdout[-3000:]
     record = json.loads((tmp_path / "outputs" / "run" / "metrics.json").read_text())
     assert [h["epoch"] for h in record["history"]] == [1, 2]
     closing = result.stdout.strip().splitlines()[-3:]
@@ -222,3 +235,150 @@ def test_a_run_ends_with_its_summary_and_no_noise(tmp_path, layout):
         "run folder: outputs/run",
         "look at it: tensorboard --logdir outputs/run",
     ]
+
+
+# A tqdm bar as the progress bar draws it: its description, then "[elapsed<left, rate, ...]".
+BAR = re.compile(
+    r"(Epoch \d+(/\d+)?|Test set|Training|Validation set|Sanity Checking)[^\[\n]*\[[^\]\n]*\]"
+)
+
+
+def glued_to_a_bar(output: str) -> list[str]:
+    """Lines where a progress bar and other text share a line (a terminal starts over at each
+    carriage return: text mode reads those as line ends too)."""
+    lines = output.replace("\r", "\n").splitlines()
+    return [line for line in lines if BAR.search(line) and BAR.sub("", line).strip(" \x1b[A")]
+
+
+def test_glued_lines_are_found():
+    bar = "Epoch 2/2: 100%|██████████| 2/2 [00:05<00:00,  0.38it/s, loss=2.270, test/acc=0.0625]"
+    assert glued_to_a_bar(f"{bar}[2026-11-25][rank_zero][INFO] - `Trainer.fit` stopped\n")
+    assert glued_to_a_bar(f"{bar}test accuracy 0.1\n")
+    assert not glued_to_a_bar(f"\r{bar}\r{bar}\n\r                \x1b[A\ntest accuracy 0.1\n")
+
+
+def fit_with_progress_bar(capsys, module) -> tuple[str, Exception | None]:
+    """A tiny in-process fit with this project's bar, log lines going to the bar's stdout (as
+    Hydra's console handler does): what the terminal got, and the error the fit raised."""
+    import pytorch_lightning as pl
+    import torch
+
+    console = logging.StreamHandler(sys.stdout)
+    root = logging.getLogger()
+    root.addHandler(console)
+    data = torch.utils.data.DataLoader(torch.zeros(8, 2), batch_size=2)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        callbacks=[ProgressBar()],
+    )
+    error = None
+    try:
+        trainer.fit(module, data)
+    except RuntimeError as err:
+        error = err
+    finally:
+        restored = console in root.handlers  # the bar hands the console back
+        root.removeHandler(console)
+    assert restored
+    return capsys.readouterr().out, error
+
+
+def tiny_module(fail_at_step: int | None = None):
+    """Logs a line in the middle of every epoch; raises at ``fail_at_step`` if given."""
+    import pytorch_lightning as pl
+    import torch
+
+    class Talking(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            if self.global_step == fail_at_step:
+                raise RuntimeError("the step failed")
+            if batch_idx == 2:
+                logging.getLogger("multigpu.test").warning("a line logged mid-epoch")
+            return self.layer(batch).sum()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Talking()
+
+
+def test_log_lines_during_training_get_lines_of_their_own(capsys):
+    out, error = fit_with_progress_bar(capsys, tiny_module())
+    assert error is None
+    lines = out.replace("\r", "\n").splitlines()
+    assert lines.count("a line logged mid-epoch") == 2, out
+    assert "Epoch 2/2" in out and out.endswith("\n")
+    assert not glued_to_a_bar(out), out
+
+
+def test_a_failed_fit_ends_the_bar_line_before_the_error(capsys):
+    out, error = fit_with_progress_bar(capsys, tiny_module(fail_at_step=5))
+    assert str(error) == "the step failed"
+    assert "Epoch 2/2" in out and out.endswith("\n"), out[-500:]
+
+
+def test_the_acceptance_takes_its_part_and_options_in_any_order():
+    for argv in (["--cpu", "tests"], ["tests", "--cpu"], ["--part", "tests", "--cpu"]):
+        args = acceptance_args(["--out", "x", *argv])
+        assert (args.part, args.cpu, str(args.out)) == ("tests", True, "x")
+    assert acceptance_args(["--cpu"]).part == "all"
+    with pytest.raises(SystemExit):
+        acceptance_args(["tests", "--part", "bench"])
+
+
+@pytest.mark.subprocess
+def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
+    """The shell script as a user types it, ``--cpu`` first (the gpu tests only: collected and
+    skipped in seconds; the whole dry run is tests/test_acceptance.py's, marked slow)."""
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "OUT": str(tmp_path), "MULTIGPU_DATA": str(SHARED_DATA), "PATH": path}
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "gpu_acceptance.sh"), "--cpu", "tests"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = (tmp_path / "gpu.md").read_text()
+    assert report.startswith("# GPU acceptance (CPU dry run)")
+    assert "| gpu tests | pass (0 passed, 0 failed," in report and "Whole epochs" not in report
+
+
+def bench_report(tiny: bool) -> dict:
+    """A bench report of three configurations, as ``python -m multigpu.bench`` makes it."""
+    rows = [
+        {"name": "plain_loop", "width": 2, "images_per_s": 300.0},
+        {"name": "lightning_memory", "width": 2, "images_per_s": 100.0},
+        {"name": "epoch_d2l", "width": 2, "images_per_s": 50.0, "epoch_s": 30.0,
+         "test_acc": 0.1, "epochs": 1},
+    ]  # fmt: skip
+    settings = {"width": 2, "scaling_width": 2, "replicas": 2, "processes": 2, "batch": 32}
+    settings.update({"steps": 3, "warmup": 1, "jobs": 2 if tiny else 1, "tiny": tiny})
+    machine = {"cpu_cores": 2, "gpu": None, "torch": "2"}
+    ratios = compute_ratios(rows, settings)
+    return {"machine": machine, "settings": settings, "configurations": rows, "ratios": ratios}
+
+
+def verdicts(markdown: str) -> list[str]:
+    """The ``met`` cells of the ratios that have a target (1 and 5 here)."""
+    return [line.split(" | ")[4] for line in markdown.splitlines() if line[:4] in ("| 1 ", "| 5 ")]
+
+
+def test_a_smoke_test_bench_says_its_numbers_measure_nothing():
+    smoke = bench_report(tiny=True)
+    markdown = to_markdown(smoke)
+    assert markdown.splitlines()[0] == SMOKE_TEST_LINE
+    assert all(ratio["met"] is None for ratio in smoke["ratios"])  # bench.json judges nothing
+    assert verdicts(markdown) == [NOT_MEASURED, NOT_MEASURED]
+    measured = to_markdown(bench_report(tiny=False))
+    assert measured.startswith("Machine:") and "one after the other" in measured
+    assert verdicts(measured) == ["no", "no"]

@@ -34,6 +34,7 @@ from multigpu.atomic import write_atomically
 REPO = Path(__file__).resolve().parents[2]
 # (configuration, s/epoch at most, test accuracy at least), on one H100.
 TARGETS = {"epoch_d2l": (2.0, 0.91), "epoch_fast": (0.8, 0.91)}
+PARTS = ("all", "tests", "bench")
 PACKAGES = ("torch", "torchvision", "pytorch-lightning", "torchmetrics", "hydra-core", "omegaconf")
 
 
@@ -178,13 +179,24 @@ def to_markdown(facts, tests, bench, dry_run: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The part as a word (``all --cpu`` or ``--cpu all``, as the shell script is called) or
+    as ``--part``, and the options in any order."""
     parser = argparse.ArgumentParser(prog="python -m multigpu.acceptance", description=__doc__)
-    parser.add_argument("--part", choices=("all", "tests", "bench"), default="all")
+    parser.add_argument("part", nargs="?", choices=PARTS, help="what to run (default: all)")
+    parser.add_argument("--part", dest="part_option", choices=PARTS, help="the same, as an option")
     parser.add_argument("--cpu", action="store_true", help="dry run on the CPU")
     parser.add_argument("--out", type=Path, default=Path("outputs/gpu"))
     parser.add_argument("--workers", type=int, default=4, help="pytest-xdist workers for tests")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
+    if args.part and args.part_option and args.part != args.part_option:
+        parser.error(f"two parts given: {args.part} and --part {args.part_option}")
+    args.part = args.part or args.part_option or "all"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     import torch
 
     if not args.cpu and not torch.cuda.is_available():

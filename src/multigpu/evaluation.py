@@ -4,7 +4,9 @@ The path and the settings are checked first, before torch is imported; then the 
 rebuilt from the checkpoint's stored settings (never from code in the file) and evaluated by
 Lightning's test loop on one device, the first of ``trainer.devices``, so that evaluation
 during training and here are the same computation. The data is read as the network was trained
-(``normalize`` comes from the checkpoint).
+(``normalize`` comes from the checkpoint). ``ckpt_path=latest`` is the newest
+``checkpoints/last.ckpt`` under ``paths.runs_dir``, of any settings, as ``init_from=latest`` is
+for training: evaluation continues no run, so there are no settings to match.
 """
 
 from __future__ import annotations
@@ -13,8 +15,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.ckpt_path import checkpoint_file
 from multigpu.errors import UserError
+from multigpu.resume import find_checkpoint
 from multigpu.schema import check_types
 from multigpu.settings import (
     cuda_device_count,
@@ -28,9 +30,10 @@ from multigpu.settings import (
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise UserError(
-            "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt"
+            "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "
+            "(or ckpt_path=latest)"
         )
-    path = checkpoint_file(cfg.ckpt_path)
+    path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
     cuda_devices = cuda_device_count()
     accelerator = parse_accelerator(cfg.trainer.accelerator, cuda_devices)
@@ -62,6 +65,6 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     return {
         "test_acc": result["test/acc"],
         "samples": len(datamodule.test_set),
-        "epochs_trained": checkpoint.get("epoch", -1)
-        + 1,  # Lightning stores the last epoch's index
+        "epochs_trained": checkpoint.get("epoch", -1) + 1,  # Lightning stores the last index
+        "checkpoint": str(path),  # which one ckpt_path=latest chose
     }

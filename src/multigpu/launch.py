@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from multigpu.errors import UserError
@@ -46,10 +46,53 @@ def restart_count(environ: Mapping[str, str]) -> int:
     return 0
 
 
-def run_name(environ: Mapping[str, str] | None = None) -> str:
+# Overrides that say where a run reads and writes, or how it shows: no part of its name.
+UNNAMED_NODES = ("hydra", "paths", "callbacks", "logger")
+UNNAMED_KEYS = ("data.root", "data.source", "data.download", "data.num_workers")
+# Characters of the overrides in a run's name, whole ones, then "-etc".
+MAX_LABEL = 40
+
+
+def label_part(key: str, value: str) -> str:
+    """``key_value`` in the characters a Hydra override takes unquoted, so that the run's
+    checkpoint path can be passed back as it is printed (``ckpt_path=outputs/...``): a list's
+    items joined by ``+`` (``devices_0+1``), anything else that is not a letter, digit or
+    ``._-+@%`` as ``_``."""
+    value = re.sub(r"[\[\]{}()'\"]", "", value).replace(",", "+")
+    return re.sub(r"[^\w.\-+@%]", "_", f"{key}_{value}")
+
+
+def run_label(overrides: Iterable[str]) -> str:
+    """What the command line changed (``lr_0.2-devices_2``): each override's key by its last
+    part, as a sweep's jobs are named (``multigpu.job_names``), and a file by its name, leaving
+    out the ``UNNAMED_NODES`` and ``UNNAMED_KEYS``; at most ``MAX_LABEL`` characters. The
+    parts are joined by ``-``, the one character after which TensorBoard's run list (about 28
+    characters wide) breaks a line: a longer stretch would be cut there, and would widen the
+    column for every run."""
+    from multigpu.job_names import short_names
+
+    values = {}  # a key given twice counts once, with the value Hydra takes: the last
+    for override in overrides:
+        key, _, value = str(override).lstrip("+~").partition("=")
+        if re.split(r"[./]", key, maxsplit=1)[0] not in UNNAMED_NODES and key not in UNNAMED_KEYS:
+            values[key] = value.rstrip("/").rsplit("/", 1)[-1]
+    names = short_names(list(values))
+    parts = [label_part(names[key].rsplit("/", 1)[-1], value) for key, value in values.items()]
+    label = "-".join(parts)
+    while len(label) > MAX_LABEL and len(parts) > 1:
+        parts.pop()
+        label = "-".join([*parts, "etc"])
+    if len(label) > MAX_LABEL:
+        label = label[: MAX_LABEL - 4] + "-etc"
+    return label.rstrip(".")  # TensorBoard takes a run named "x." for a run "." inside "x"
+
+
+def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] = ()) -> str:
     """The run folder's name, the same in every process of a run without any talking: SLURM's
     job (array task) and step, torchrun's run id (``--rdzv-id``; ``--standalone`` makes one),
-    else the start time, to the microsecond."""
+    else the start time, to the microsecond (which keeps two runs started in the same second
+    apart), then what the command line ``overrides`` changed (``run_label``):
+    ``2026-11-25/12-32-46.813825-lr_0.2-devices_2``."""
     environ = os.environ if environ is None else environ
     if slurm_started(environ) and "SLURM_JOB_ID" in environ:
         job = environ.get("SLURM_ARRAY_JOB_ID")
@@ -58,7 +101,9 @@ def run_name(environ: Mapping[str, str] | None = None) -> str:
     run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
     if torchrun_started(environ) and run_id != "none":
         return f"torchrun-{run_id}"
-    return datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
+    started = datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
+    label = run_label(overrides or ())
+    return f"{started}-{label}" if label else started
 
 
 def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_device: bool) -> None:

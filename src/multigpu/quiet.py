@@ -5,7 +5,14 @@ that asks nothing of the user and changes nothing in it.
 - torch's deprecation of ``LeafSpec``, which Lightning's own code triggers (not fixable here);
 - the hint to prefix ``srun`` whenever Slurm is installed, also for runs that are not jobs
   (a run that is a Slurm job is checked against its tasks in ``multigpu.settings``);
-- ``log_every_n_steps`` larger than an epoch: only epoch-level values are logged here.
+- ``log_every_n_steps`` larger than an epoch: only epoch-level values are logged here;
+- Lightning's device report (``GPU available: False, used: False``, ``TPU available: ...``,
+  ``trainer/setup.py``): the run's own first line says what it runs on;
+- the fit loop's "Trainer.fit stopped: max_epochs=2 reached" (or ``max_steps``): the closing
+  lines say how the run ended, and this one was printed onto the progress bar's last line
+  ("stopped: No training batches" stays: it says something is wrong);
+- DDP's "Initializing distributed: GLOBAL_RANK ..." per process and its backend banner: the
+  run's first line gives the processes and who started them.
 """
 
 from __future__ import annotations
@@ -19,10 +26,21 @@ WARNINGS = (
     (UserWarning, r"The `srun` command is available on your system but is not used"),
     (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
 )
-LOG_MESSAGES = ("💡 Tip:",)  # the start of each Lightning info line left out
+# The start of each Lightning info line left out ("GPU available but not used" is a warning,
+# which stays: it asks something of the user).
+LOG_MESSAGES = (
+    "💡 Tip:",
+    "GPU available: ",
+    "TPU available: ",
+    "`Trainer.fit` stopped: `max_epochs=",
+    "`Trainer.fit` stopped: `max_steps=",
+    "Initializing distributed: ",
+    "-" * 100 + "\ndistributed_backend=",
+)
 LIGHTNING_LOGGERS = (
     "pytorch_lightning.utilities.rank_zero",
     "lightning_fabric.utilities.rank_zero",
+    "lightning_fabric.utilities.distributed",
 )
 
 

@@ -1,4 +1,10 @@
-"""The ratios the performance targets are stated in, the GPU epoch targets, and the table."""
+"""The ratios the performance targets are stated in, the GPU epoch targets, and the table.
+
+A ``--tiny`` run (``settings["tiny"]``) is a smoke test: a few steps of a width-2 network,
+several configurations at once. Its numbers show that every configuration runs, nothing more, so
+its report says so first and judges no target (``met`` is null, the table says "smoke test:
+not measured").
+"""
 
 from __future__ import annotations
 
@@ -75,6 +81,12 @@ RATIOS = [
 # Ratio 5, on a GPU: (configuration, seconds per epoch at most, test accuracy at least).
 EPOCH_TARGETS = {"epoch_d2l": (2.0, 0.91), "epoch_fast": (0.8, 0.91)}
 H100_BF16_DENSE_FLOPS = 989e12
+NOT_MEASURED = "smoke test: not measured"  # in place of a verdict, for --tiny
+SMOKE_TEST_LINE = (
+    "**Smoke test (`--tiny`): not a measurement.** A few steps of a width-2 network per "
+    "configuration, several at once: the numbers below only show that each one runs; no ratio "
+    "means anything and no target is judged. Run without `--tiny` to measure."
+)
 
 
 def _check(value: float, op: str, target: float) -> bool:
@@ -99,6 +111,15 @@ def significant(value: float, digits: int = 4) -> float:
 
 
 def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict]:
+    """Every ratio both of whose sides ran, and the epoch targets; none judged for --tiny."""
+    ratios = speed_ratios(results, settings) + epoch_targets(results)
+    if settings.get("tiny"):
+        for ratio in ratios:
+            ratio["met"] = None
+    return ratios
+
+
+def speed_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> list[dict]:
     rows = {r["name"]: r for r in results if r.get("images_per_s") is not None}
     ratios = []
     for name, top, bottom, meaning, target in RATIOS:
@@ -116,6 +137,12 @@ def compute_ratios(results: list[dict[str, Any]], settings: dict[str, Any]) -> l
                 "meaning": meaning.format(**settings),
             }
         )
+    return ratios
+
+
+def epoch_targets(results: list[dict[str, Any]]) -> list[dict]:
+    """Ratio 5: seconds per epoch and test accuracy of the whole-epoch recipes (GPU)."""
+    ratios = []
     for r in results:
         if r["name"] in EPOCH_TARGETS and r.get("epoch_s"):
             seconds, accuracy = EPOCH_TARGETS[r["name"]]
@@ -146,13 +173,26 @@ def _cell(value: Any, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def how_many_at_once(settings: dict[str, Any]) -> str:
+    jobs = settings.get("jobs") or 1
+    return "one after the other" if jobs == 1 else f"{jobs} at a time"
+
+
+def verdict(ratio: dict[str, Any], smoke_test: bool) -> str:
+    if smoke_test and ratio["target"] is not None:
+        return NOT_MEASURED
+    return {True: "yes", False: "no", None: "-"}[ratio["met"]]
+
+
 def to_markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     s = report["settings"]
-    lines = [
+    smoke_test = bool(s.get("tiny"))
+    lines = [SMOKE_TEST_LINE, ""] if smoke_test else []
+    lines += [
         f"Machine: {m['cpu_cores']} CPU cores, GPU: {m['gpu'] or 'none'}, torch {m['torch']}. "
         f"Global batch {s['batch']}, {s['steps']} timed steps after {s['warmup']} warm-up "
-        "steps per configuration, each in a fresh process, one after the other.",
+        f"steps per configuration, each in a fresh process, {how_many_at_once(s)}.",
         "",
         "| configuration | width | images/s | s/epoch | test acc | TFLOP/s | peak RSS (MB) "
         "| peak GPU (MB) |",
@@ -172,7 +212,7 @@ def to_markdown(report: dict[str, Any]) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in report["ratios"]:
-        met = {True: "yes", False: "no", None: "-"}[r["met"]]
+        met = verdict(r, smoke_test)
         rounds = ", ".join(f"{x:.2f}" for x in r.get("rounds") or []) or "-"
         lines.append(
             f"| {r['ratio']} | {r['value']:.2f} | {rounds} | {_cell(r['target'])} | {met} "

@@ -1,13 +1,22 @@
 """The terminal's progress bar, named for this project's loops: ``Epoch 3/10`` with the loss
-and the last test accuracy, ``Test set`` for the pass over the test set after each epoch."""
+and the last test accuracy, ``Test set`` for the pass over the test set after each epoch.
+
+The bar's line never has another line glued to its end: while it is shown, log lines are
+written above it (tqdm clears and redraws the bar), and it is closed, ending its line, when
+training ends or fails, before whatever is printed next.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
+from contextlib import ExitStack
 from typing import Any
 
 from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.callbacks import TQDMProgressBar
-from pytorch_lightning.callbacks.progress.tqdm_progress import convert_inf
+from pytorch_lightning.callbacks.progress.tqdm_progress import Tqdm, convert_inf
+from tqdm.contrib.logging import logging_redirect_tqdm
 from typing_extensions import override
 
 # The module's evaluation loaders, in order (ImageClassifier.validation_step).
@@ -20,7 +29,50 @@ def epoch_description(trainer: Trainer) -> str:
     return f"Epoch {trainer.current_epoch + 1}{total}"
 
 
+def logs_to_console() -> bool:
+    """Whether the root logger writes to the terminal (else tqdm's redirect would add a
+    console handler where there was none)."""
+    streams = (sys.stdout, sys.stderr)
+    return any(getattr(h, "stream", None) in streams for h in logging.getLogger().handlers)
+
+
 class ProgressBar(TQDMProgressBar):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._logs_above_bar: ExitStack | None = None  # made in on_train_start: picklable
+
+    @override
+    def on_train_start(self, *args: Any) -> None:
+        """Lightning's, and the console's log lines written through tqdm from now on."""
+        super().on_train_start(*args)
+        if self.is_enabled and self._logs_above_bar is None and logs_to_console():
+            self._logs_above_bar = ExitStack()
+            self._logs_above_bar.enter_context(logging_redirect_tqdm(tqdm_class=Tqdm))
+
+    @override
+    def on_train_end(self, *args: Any) -> None:
+        """Lightning's (the bar's line ended), then the log lines back to the console."""
+        super().on_train_end(*args)
+        self._restore_logging()
+
+    @override
+    def on_exception(self, *args: Any) -> None:
+        """A failed run's error line starts on a line of its own."""
+        for bar in (self._val_progress_bar, self._train_progress_bar):
+            if bar is not None:
+                bar.close()
+        self._restore_logging()
+
+    @override
+    def teardown(self, *args: Any, **kwargs: Any) -> None:
+        self._restore_logging()
+        super().teardown(*args, **kwargs)
+
+    def _restore_logging(self) -> None:
+        if self._logs_above_bar is not None:
+            self._logs_above_bar.close()
+            self._logs_above_bar = None
+
     @override
     def on_train_epoch_start(self, trainer: Trainer, *args: Any) -> None:
         """Lightning's, with the epoch described as above."""

@@ -29,44 +29,87 @@ def confusion_matrix(labels: Tensor, predicted: Tensor, classes: int) -> Tensor:
     return torch.bincount(labels * classes + predicted, minlength=classes**2).view(classes, classes)
 
 
+# TensorBoard's Images tab shows an image 350 pixels wide, nearest-neighbour scaled, so a figure
+# is drawn at that width: readable where it is shown, and the same with "actual size". Time
+# Series fits it into about 380 x 210 pixels, so it is drawn no taller than it needs.
+SHOWN_WIDTH = 350
+DPI = 100
+
+
+def row_percent(matrix: Tensor) -> Tensor:
+    """Each true class's row as percentages of that class's images."""
+    matrix = matrix.double()
+    return 100 * matrix / matrix.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def cell_text(count: int, percent: float) -> str:
+    """A cell's percentage, rounded, but never to 0 or 100 when it is not: blank for no image,
+    ``<1`` for a few, ``>99`` for all but a few."""
+    if count == 0:
+        return ""
+    if percent < 1:
+        return "<1"
+    return ">99" if 99 < percent < 100 else f"{percent:.0f}"
+
+
 def confusion_figure(matrix: Tensor, names: list[str]):
-    fig, ax = plt.subplots(figsize=(7, 6))
-    ax.imshow(matrix, cmap="Blues")
-    for (i, j), count in zip(
-        torch.cartesian_prod(*(torch.arange(len(names)),) * 2).tolist(),
-        matrix.flatten().tolist(),
-        strict=True,
-    ):
-        ax.text(
-            j,
-            i,
-            count,
-            ha="center",
-            va="center",
-            fontsize=7,
-            color="white" if count > matrix.max() / 2 else "black",
-        )
-    ax.set_xticks(range(len(names)), names, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(f"Test set confusion matrix (accuracy {matrix.diag().sum() / matrix.sum():.3f})")
-    fig.tight_layout()
+    """The confusion matrix at ``SHOWN_WIDTH``: each cell the percentage of its true class's
+    images predicted as its column (the diagonal: each class's accuracy), blank where none."""
+    percent = row_percent(matrix)
+    size = SHOWN_WIDTH / DPI
+    fig, ax = plt.subplots(figsize=(size, size * 0.8), dpi=DPI)
+    ax.imshow(percent, cmap="Blues", vmin=0, vmax=100)
+    classes = len(names)
+    for i in range(classes):
+        for j in range(classes):
+            value = float(percent[i, j])
+            ax.text(
+                j,
+                i,
+                cell_text(int(matrix[i, j]), value),
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white" if value > 50 else "black",
+            )
+    ax.set_xticks(range(classes), names, rotation=50, ha="right", rotation_mode="anchor")
+    ax.set_yticks(range(classes), names)
+    ax.tick_params(labelsize=7.5, length=2, pad=2)
+    ax.set_xlabel("predicted", fontsize=8, labelpad=2)
+    ax.set_ylabel("true", fontsize=8, labelpad=2)
+    total = int(matrix.sum())
+    accuracy = float(matrix.diag().sum()) / max(total, 1)
+    fig.suptitle(
+        f"test accuracy {accuracy:.3f} ({total:,} images): % of each true class", fontsize=7.5
+    )
+    fig.tight_layout(pad=0.3)
     return fig
 
 
-def misclassified_figure(images, labels, predicted, names: list[str], count: int = 24):
+def misclassified_figure(images, labels, predicted, names: list[str], count: int = 15):
+    """Up to ``count`` misclassified images, 5 a row, at ``SHOWN_WIDTH``: each titled with
+    what it was predicted as, and what it is."""
     wrong = (labels != predicted).nonzero().flatten()[:count]
-    columns = 8
+    columns = 5
     rows = max(1, -(-len(wrong) // columns))
-    fig, axes = plt.subplots(rows, columns, figsize=(columns * 1.5, rows * 1.8), squeeze=False)
+    width = SHOWN_WIDTH / DPI
+    fig, axes = plt.subplots(
+        rows,
+        columns,
+        figsize=(width, 0.2 + rows * 0.8),
+        dpi=DPI,
+        squeeze=False,
+        layout="constrained",
+    )
     for ax in axes.flat:
         ax.axis("off")
     for ax, index in zip(axes.flat, wrong.tolist(), strict=False):
         ax.imshow(images[index, 0], cmap="gray")
-        ax.set_title(f"{names[predicted[index]]}\n(true: {names[labels[index]]})", fontsize=7)
-    fig.suptitle("Misclassified test images: predicted (true)")
-    fig.tight_layout()
+        ax.set_title(
+            f"{names[predicted[index]]}\n(is {names[labels[index]]})", fontsize=6.5, pad=1.5
+        )
+    fig.suptitle("misclassified test images: predicted (is)", fontsize=8)
+    fig.get_layout_engine().set(w_pad=0.02, h_pad=0.02, hspace=0.02, wspace=0.02)
     return fig
 
 

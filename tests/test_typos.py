@@ -1,0 +1,370 @@
+"""A misspelt key or option is answered in one line with the closest valid names, before torch
+is imported (``multigpu.typos``): the named cases of the task, then generated ones (every key
+of a composed config, misspelt by one character, is found and its original suggested; every
+key set to its own value passes), the YAML's keys against Hydra's composition, and a few real
+``train.py`` runs."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+
+import pytest
+from conftest import CONF, run_script
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from omegaconf import OmegaConf
+
+from multigpu.typos import TRAINER_ARGUMENTS, ConfTree, dotted_keys, find_typos, parse_overrides
+
+# (script's config, overrides, the error line's text, the suggestions it must make)
+NAMED = {
+    "key_max_epoch": (
+        "config",
+        ["trainer.max_epoch=3"],
+        "trainer.max_epoch is not a setting: did you mean trainer.max_epochs? "
+        "(a new Trainer argument is added with +trainer.<name>)",
+        ["trainer.max_epochs"],
+    ),
+    "key_lr": (
+        "config",
+        ["model.optimizer.lrr=0.1"],
+        "model.optimizer.lrr is not a setting: did you mean model.optimizer.lr?",
+        ["model.optimizer.lr"],
+    ),
+    "key_batch_size": (
+        "config",
+        ["data.batchsize=64"],
+        "data.batchsize is not a setting: did you mean data.batch_size?",
+        ["data.batch_size"],
+    ),
+    "key_seed": ("config", ["sed=1"], "sed is not a setting: did you mean seed?", ["seed"]),
+    "option_strategy": (
+        "config",
+        ["strategy=ddpp"],
+        "strategy=ddpp is not an option of strategy: did you mean ddp? "
+        "(options: ddp, ddp_spawn, dp, scatter_allreduce, single)",
+        ["ddp"],
+    ),
+    "option_data": (
+        "config",
+        ["data=fashion"],
+        "data=fashion is not an option of data: did you mean fashion_mnist? "
+        "(options: fashion_mnist, synthetic)",
+        ["fashion_mnist"],
+    ),
+    "option_experiment": (
+        "config",
+        ["experiment=quickstrat"],
+        "experiment=quickstrat is not an option of experiment: did you mean quickstart? "
+        "(options: d2l, d2l_scaling, fast, quickstart, study_one_device",
+        ["quickstart"],
+    ),
+    "option_model": (
+        "config",
+        ["model=resnet"],
+        "model=resnet is not an option of model: did you mean resnet18? (options: resnet18)",
+        ["resnet18"],
+    ),
+    "option_nested_group": (
+        "config",
+        ["+model/scheduler=cosin"],
+        "+model/scheduler=cosin is not an option of model/scheduler: did you mean cosine?",
+        ["cosine"],
+    ),
+    "group_misspelt": (
+        "config",
+        ["model/schedular=cosine"],
+        "model/schedular is not a config group: did you mean model/scheduler?",
+        ["model/scheduler"],
+    ),
+    "group_as_a_key": (
+        "config",
+        ["experimnt=quickstart"],
+        "experimnt is not a setting: did you mean experiment?",
+        ["experiment"],
+    ),
+    "trainer_added_max_epoch": (
+        "config",
+        ["+trainer.max_epoch=3"],
+        "+trainer.max_epoch is not an argument of Lightning's Trainer: did you mean "
+        "trainer.max_epochs?",
+        ["trainer.max_epochs"],
+    ),
+    "trainer_added_fast_dev": (
+        "config",
+        ["+trainer.fast_dev=1"],
+        "+trainer.fast_dev is not an argument of Lightning's Trainer: did you mean "
+        "+trainer.fast_dev_run?",
+        ["+trainer.fast_dev_run"],
+    ),
+    "trainer_key_without_plus": (
+        "config",
+        ["trainer.max_steps=100"],
+        "trainer.max_steps is not a setting yet: add it with +trainer.max_steps=100",
+        ["+trainer.max_steps"],
+    ),
+    "trainer_misspelt_argument": (
+        "config",
+        ["trainer.fast_dev=1"],
+        "trainer.fast_dev is not a setting: did you mean +trainer.fast_dev_run?",
+        ["+trainer.fast_dev_run"],
+    ),
+    "key_of_an_option_chosen": (
+        "config",
+        ["data=synthetic", "data.num_tset=3"],
+        "data.num_tset is not a setting: did you mean data.num_test?",
+        ["data.num_test"],
+    ),
+    "key_of_an_experiment": (
+        "config",
+        ["experiment=d2l_scaling", "data.batch_size_per_devise=128"],
+        "did you mean data.batch_size_per_device?",
+        ["data.batch_size_per_device"],
+    ),
+    "key_under_an_empty_group": (
+        "config",
+        ["model.scheduler.T_max=3"],
+        "model.scheduler.T_max is not a setting until model.scheduler is chosen: add "
+        "+model/scheduler=cosine",
+        [],
+    ),
+    "option_in_a_sweep": (
+        "config",
+        ["-m", "strategy=ddp,ddpp"],
+        "strategy=ddpp is not an option of strategy: did you mean ddp?",
+        ["ddp"],
+    ),
+    "eval_key": (
+        "eval",
+        ["ckpt_path=x.ckpt", "trainer.devics=1"],
+        "trainer.devics is not a setting: did you mean trainer.devices?",
+        ["trainer.devices"],
+    ),
+    "eval_option": (
+        "eval",
+        ["data=synthetc"],
+        "data=synthetc is not an option of data: did you mean synthetic?",
+        ["synthetic"],
+    ),
+}
+
+VALID = {
+    "nothing": [],
+    "keys_and_options": ["trainer.max_epochs=3", "model.optimizer.lr=0.05", "data=synthetic"],
+    "experiment_keys": ["experiment=quickstart", "model.scheduler.T_max=4"],
+    "sweep": ["-m", "trainer.max_epochs=1,2", "strategy=ddp,dp", "data.batch_size=range(8,9)"],
+    "added": ["+trainer.max_steps=3", "+model/scheduler=cosine", "model.scheduler.T_max=2"],
+    "forced": ["++trainer.max_epochs=3", "++trainer.benchmark=true", "++anything.else=1"],
+    "deleted": ["~seed", "~callbacks.progress_bar"],
+    "hydra_own": ["hydra.run.dir=x", "hydra/launcher=slurm", "hydra.job.chdir=true"],
+    "flags": ["--cfg", "job", "-p", "trainer", "trainer.max_epochs=1"],
+    "new_key_left_to_hydra": ["+foo.bar=1"],
+    "another_config": ["-cn", "eval", "whatever=1"],
+    "a_syntax_error_left_to_hydra": ["trainer..x=1"],
+    "ddp_worker": ["hydra.run.dir=/x", "hydra.job.name=train_ddp_process_1", "seed=1"],
+}
+
+
+def typos(overrides: list[str], config: str = "config"):
+    return find_typos(overrides, config, CONF)
+
+
+@pytest.mark.parametrize("case", sorted(NAMED))
+def test_a_named_typo_is_answered_with_its_fix(case):
+    config, overrides, text, suggestions = NAMED[case]
+    (typo,) = typos(overrides, config)
+    assert text in typo.message and "\n" not in typo.message
+    assert typo.suggestions[: len(suggestions)] == suggestions
+
+
+@pytest.mark.parametrize("case", sorted(VALID))
+def test_a_valid_command_line_passes_silently(case):
+    assert typos(VALID[case]) == []
+
+
+def test_several_typos_are_said_together():
+    found = typos(["sed=1", "data.batchsize=8", "trainer.max_epochs=2"])
+    assert [t.suggestions for t in found] == [["seed"], ["data.batch_size"]]
+
+
+def test_keys_wait_for_the_options_they_depend_on():
+    """A misspelt option is said alone: the keys of the intended option are not known yet,
+    and a key of the group left as it was is still one (not a second, false, typo)."""
+    found = typos(["experiment=quickstrat", "model.scheduler.T_max=3", "sed=1"])
+    assert [t.suggestions for t in found] == [["quickstart"]]
+    (typo,) = typos(["data.num_workers=0", "data=cifar10"])
+    assert (
+        typo.message == "data=cifar10 is not an option of data (options: fashion_mnist, synthetic)"
+    )
+
+
+def test_the_trainer_arguments_are_lightnings():
+    """The constant list is read from the installed Lightning: a new version that adds or
+    renames an argument fails here (copy the list printed)."""
+    import pytorch_lightning
+
+    parameters = list(inspect.signature(pytorch_lightning.Trainer.__init__).parameters)
+    assert tuple(parameters[1:]) == TRAINER_ARGUMENTS, parameters[1:]
+
+
+# Each config group's option, as a command line picks it (None: left as the defaults list says).
+GROUPS = {
+    "config": {
+        "data": ["fashion_mnist", "synthetic"],
+        "strategy": ["single", "dp", "scatter_allreduce", "ddp", "ddp_spawn"],
+        "logger": ["tensorboard", "csv"],
+        "callbacks": ["default", "none"],
+        "experiment": sorted(p.stem for p in (CONF / "experiment").glob("*.yaml")),
+        "hparams_search": ["optuna"],
+        "+model/scheduler": ["cosine", "step"],
+    },
+    "eval": {"data": ["fashion_mnist", "synthetic"]},
+}
+
+
+@st.composite
+def command_lines(draw, config: str) -> tuple[str, ...]:
+    """Options of some groups, as ``group=option`` overrides."""
+    chosen = []
+    for group, options in GROUPS[config].items():
+        option = draw(st.sampled_from([None, *options]))
+        if option is not None and not (group.startswith("+") and "experiment=" in str(chosen)):
+            chosen.append(f"{group}={option}")
+    return tuple(chosen)
+
+
+@functools.cache
+def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
+    """Every dotted key of the config Hydra composes (Hydra's own aside)."""
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config, overrides=list(overrides))
+    return frozenset(dotted_keys(OmegaConf.to_container(cfg, resolve=False), ""))
+
+
+CONFIGS = st.sampled_from(["config", "eval"])
+SLOW_HYPOTHESIS = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@SLOW_HYPOTHESIS
+@given(st.data())
+def test_the_yaml_gives_the_keys_hydra_composes(data):
+    """What the check reads from the YAML (no composition: fast) is exactly what Hydra
+    composes, for any options of the groups."""
+    config = data.draw(CONFIGS)
+    overrides = data.draw(command_lines(config))
+    tree = ConfTree(CONF, config, parse_overrides(list(overrides)))
+    assert not tree.chosen.unsure
+    assert tree.keys == composed_keys(config, overrides)
+
+
+LETTERS = "abcdefghijklmnopqrstuvwxyz_"
+
+
+@st.composite
+def one_edit(draw, word: str) -> str:
+    """``word`` with one character deleted, inserted, replaced, or two swapped."""
+    kind = draw(st.sampled_from(["delete", "insert", "replace", "transpose"]))
+    at = draw(st.integers(0, len(word) - (kind != "insert")))
+    letter = draw(st.sampled_from(LETTERS))
+    if kind == "delete":
+        return word[:at] + word[at + 1 :]
+    if kind == "insert":
+        return word[:at] + letter + word[at:]
+    if kind == "replace":
+        return word[:at] + letter + word[at + 1 :]
+    at = min(at, len(word) - 2)
+    return word[:at] + word[at + 1] + word[at] + word[at + 2 :]
+
+
+def parses(override: str) -> bool:
+    try:
+        OverridesParser.create().parse_override(override)
+    except HydraException:
+        return False
+    return True
+
+
+@SLOW_HYPOTHESIS
+@given(st.data())
+def test_a_misspelt_key_is_found_and_its_original_suggested(data):
+    config = data.draw(CONFIGS)
+    overrides = data.draw(command_lines(config))
+    keys = composed_keys(config, overrides)
+    original = data.draw(st.sampled_from(sorted(keys)))
+    misspelt = data.draw(one_edit(original))
+    tree = ConfTree(CONF, config, [])
+    assume(misspelt not in keys and misspelt not in tree.groups and parses(f"{misspelt}=1"))
+    assume(not misspelt.startswith("hydra"))
+    (typo,) = typos([*overrides, f"{misspelt}=1"], config)
+    assert "\n" not in typo.message and typo.message.startswith(f"{misspelt} is not a setting")
+    assert original in typo.suggestions or f"+{original}" in typo.suggestions, typo
+
+
+def override_value(value) -> str:
+    """A value as Hydra's override grammar writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "[" + ",".join(map(override_value, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@SLOW_HYPOTHESIS
+@given(st.data())
+def test_a_key_set_to_its_own_value_passes(data):
+    config = data.draw(CONFIGS)
+    overrides = data.draw(command_lines(config))
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = OmegaConf.to_container(compose(config, overrides=list(overrides)), resolve=False)
+    key = data.draw(st.sampled_from(sorted(composed_keys(config, overrides))))
+    value = functools.reduce(lambda node, name: node[name], key.split("."), cfg)
+    assert typos([*overrides, f"{key}={override_value(value)}"], config) == []
+
+
+def test_a_valid_command_line_costs_little():
+    """The check on a typical valid command line, YAML read and all, in a fresh tree."""
+    line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
+    typos(line)  # the first call imports Hydra's parser
+    started = time.perf_counter()
+    assert typos(line) == []
+    assert time.perf_counter() - started < 0.2
+
+
+# (script, overrides, text of the one error line) through a real ``python <script>``
+SUBPROCESS = {
+    "key": ("train.py", ["trainer.max_epoch=3"], "did you mean trainer.max_epochs?"),
+    "option": ("train.py", ["strategy=ddpp"], "strategy=ddpp is not an option of strategy: did"),
+    "trainer_argument": ("train.py", ["+trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
+    "eval_key": ("eval.py", ["ckpt_path=x.ckpt", "trainer.devics=1"], "mean trainer.devices?"),
+}
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", sorted(SUBPROCESS))
+def test_a_typo_is_answered_before_torch_in_one_line(case, tmp_path):
+    script, overrides, text = SUBPROCESS[case]
+    env = {"PYTHONPROFILEIMPORTTIME": "1"}
+    result = run_script(script, *overrides, cwd=tmp_path, timeout=60, env=env)
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    imported = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert result.returncode == 2, said
+    assert len(said) == 1 and said[0].startswith("error: ") and text in said[0], said
+    assert "hydra" in imported and "torch" not in imported and "pytorch_lightning" not in imported
+    assert list(tmp_path.iterdir()) == []  # no outputs/ folder, nothing written
