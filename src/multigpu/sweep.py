@@ -62,7 +62,10 @@ class SweepReport(Callback):
         rows = write_report(sweep_dir)
         print("\n" + to_text(rows), end="", flush=True)
         shown = shown_path(sweep_dir)
-        print(f"sweep summary: {shown}/summary.md, test_acc.png, scaling.png", flush=True)
+        print(
+            f"sweep summary: {shown}/summary.md, test_acc.png, acc_vs_time.png, scaling.png",
+            flush=True,
+        )
         if has_tensorboard_logs(sweep_dir):
             print(tensorboard_line(sweep_dir), flush=True)
         failed = incomplete(rows)

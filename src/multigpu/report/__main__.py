@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = write_report(args.sweep_dir)
     print(to_text(rows), end="")
-    written = "summary.csv, summary.md, test_acc.png, scaling.png"
+    written = "summary.csv, summary.md, test_acc.png, acc_vs_time.png, scaling.png"
     if (args.sweep_dir / "phases.png").is_file():
         written += ", phases.png"
     print(f"wrote {written} in {args.sweep_dir}")

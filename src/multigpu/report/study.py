@@ -1,6 +1,7 @@
 """A study: several sweeps, one per row (``outputs/study/<experiment>/``), each over seeds.
 ``python -m multigpu.report.study outputs/study`` prints the Markdown table of docs/results.md
-(mean, spread and each seed's final test accuracy) and writes its accuracy curves.
+(mean, spread and each seed's final test accuracy, and the time to each target accuracy over
+the seeds as MLPerf Training scores it) and writes its accuracy curves.
 
 Reads JSON only, as the sweep report does.
 """
@@ -8,13 +9,49 @@ Reads JSON only, as the sweep report does.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
 from multigpu.report.plots import plt, save
-from multigpu.report.summary import load_jobs
+from multigpu.report.summary import job_time_to, load_jobs
+
+MLPERF_LEAST_SEEDS = 3  # below this, no fastest and slowest are dropped
+
+
+def mlperf_time(times: list[float | None]) -> float | None:
+    """The time over seeds as MLPerf Training scores it: drop the fastest and the slowest run
+    and average the rest, a run that never reached the target counting as the slowest (so one
+    such run is dropped; with two or more there is no score, None). With fewer than
+    ``MLPERF_LEAST_SEEDS`` runs nothing is dropped: the plain mean, None if any missed."""
+    if not times:
+        return None
+    ordered = sorted(times, key=lambda t: math.inf if t is None else t)
+    if len(ordered) >= MLPERF_LEAST_SEEDS:
+        ordered = ordered[1:-1]
+    if any(t is None for t in ordered):
+        return None
+    return statistics.mean(ordered)
+
+
+def time_to_targets(jobs: list[dict[str, Any]]) -> dict[float, dict[str, Any]]:
+    """Target -> each seed's wall time to it (``times``, None for a seed that never reached it),
+    how many never did (``missed``) and their ``mlperf_time`` (None also when a seed reached it
+    without a wall time: a record of an older version), for every target the jobs report."""
+    reached = [job_time_to(j) for j in jobs]
+    summary = {}
+    for target in sorted({t for found in reached for t in found}):
+        found = [each.get(target) for each in reached]
+        times = [None if f is None else f["wall_s"] for f in found]
+        untimed = any(f is not None and f["wall_s"] is None for f in found)
+        summary[target] = {
+            "times": times,
+            "missed": sum(f is None for f in found),
+            "mlperf": None if untimed else mlperf_time(times),
+        }
+    return summary
 
 
 def study_rows(study_dir: Path) -> list[dict[str, Any]]:
@@ -45,23 +82,48 @@ def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "epoch_s": statistics.mean(j["epoch_s"] for j in jobs),
         "hours": sum(sum(h["epoch_s"] for h in j["history"]) for j in jobs) / 3600,
         "curves": [[(h["epoch"], h["test_acc"]) for h in j["history"]] for j in jobs],
+        "time_to": time_to_targets(jobs),
     }
 
 
+TIME_NOTE = (
+    "Time to a test accuracy: wall seconds from the run's start to the end of its first "
+    "evaluation at or above it; over the seeds as MLPerf Training scores it, the fastest and "
+    "the slowest seed dropped and the rest averaged (a seed that never reached it counts as the "
+    "slowest; with two such, no time), the plain mean for fewer than "
+    f"{MLPERF_LEAST_SEEDS} seeds."
+)
+
+
+def time_cell(summary: dict[str, Any] | None) -> str:
+    """A row's time to a target: the MLPerf-style time in seconds, and how many seeds never
+    reached it when some did not (``-``: no time)."""
+    if summary is None:
+        return "-"
+    shown = "-" if summary["mlperf"] is None else f"{summary['mlperf']:.1f}"
+    if not summary["missed"]:
+        return shown
+    return f"{shown} ({summary['missed']} of {len(summary['times'])} missed)"
+
+
 def to_markdown(rows: list[dict[str, Any]]) -> str:
+    targets = sorted({t for r in rows for t in r.get("time_to", {})})
     head = (
         "| experiment | strategy | devices | batch | lr | warm-up | seeds | final test acc, "
         "mean ± sd | each seed | best, mean | s/epoch |"
-    )
-    lines = [head, "|" + " --- |" * 11]
+    ) + "".join(f" time to {t:g}, s |" for t in targets)
+    lines = [head, "|" + " --- |" * (11 + len(targets))]
     for r in rows:
         each = ", ".join(f"{v:.4f}" for v in r["finals"])
         warmup = f"{r['warmup_epochs']:g} epochs" if r["warmup_epochs"] else "none"
+        times = "".join(f" {time_cell(r.get('time_to', {}).get(t))} |" for t in targets)
         lines.append(
             f"| `{r['name']}` | {r['strategy']} | {r['devices']} | {r['batch_size']} | "
             f"{r['lr']:g} | {warmup} | {len(r['finals'])} | {r['mean']:.4f} ± {r['sd']:.4f} | "
-            f"{each} | {r['best_mean']:.4f} | {r['epoch_s']:.1f} |"
+            f"{each} | {r['best_mean']:.4f} | {r['epoch_s']:.1f} |{times}"
         )
+    if targets:
+        lines += ["", TIME_NOTE]
     return "\n".join(lines) + "\n"
 
 

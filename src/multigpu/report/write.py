@@ -1,5 +1,5 @@
-"""A sweep's report files: ``summary.csv``, ``summary.md``, ``test_acc.png``, ``scaling.png``,
-and ``phases.png`` when its jobs timed their phases."""
+"""A sweep's report files: ``summary.csv``, ``summary.md``, ``test_acc.png``,
+``acc_vs_time.png``, ``scaling.png``, and ``phases.png`` when its jobs timed their phases."""
 
 from __future__ import annotations
 
@@ -7,8 +7,21 @@ from pathlib import Path
 from typing import Any
 
 from multigpu.atomic import write_atomically
-from multigpu.report.plots import plot_phases, plot_scaling, plot_test_accuracy
-from multigpu.report.summary import load_jobs, row_label, summarize_jobs, to_csv, to_markdown
+from multigpu.report.plots import (
+    plot_acc_vs_time,
+    plot_phases,
+    plot_scaling,
+    plot_test_accuracy,
+)
+from multigpu.report.summary import (
+    load_jobs,
+    row_label,
+    summarize_jobs,
+    target_of_column,
+    time_columns,
+    to_csv,
+    to_markdown,
+)
 
 
 def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
@@ -20,6 +33,8 @@ def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
     write_atomically(sweep_dir / "summary.md", to_markdown(rows))
     curves = [(row_label(row), job.get("history", [])) for row, job in zip(rows, jobs, strict=True)]
     plot_test_accuracy(curves, sweep_dir / "test_acc.png")
+    targets = [target_of_column(name) for name in time_columns(rows)]
+    plot_acc_vs_time(curves, sweep_dir / "acc_vs_time.png", targets)
     plot_scaling(rows, sweep_dir / "scaling.png")
     bars = [
         (row_label(row), {n: p["mean_ms"] for n, p in job["phases"]["phases"].items()})
