@@ -8,6 +8,7 @@ import inspect
 import re
 import typing
 from dataclasses import fields
+from pathlib import Path
 
 import pytest
 import torch
@@ -470,3 +471,16 @@ def test_train_py_answers_in_one_line_before_torch(overrides, text, tmp_path):
     assert "Traceback" not in result.stderr and lines[-1].startswith("error: ")
     assert text in lines[-1] and sum(line.startswith("error:") for line in lines) == 1
     assert "hydra" in imported and "torch" not in imported
+
+
+def test_the_default_strategy_is_single_on_one_device_and_ddp_on_several():
+    from multigpu.settings import slurm_tasks_per_node
+
+    def resolved(*overrides: str, **machine):
+        return resolve_on(compose_config(list(overrides), Path("/tmp/x")), **machine)
+
+    one, two = resolved(cpu_cores=4), resolved("trainer.devices=2", cpu_cores=4)
+    assert (one.strategy, one.processes, two.strategy, two.processes) == ("single", 1, "ddp", 2)
+    gpus = resolved("trainer.devices=[2,3]", "trainer.accelerator=gpu", cuda_devices=4)
+    assert (gpus.strategy, gpus.device_ids, gpus.trainer_devices) == ("ddp", (2, 3), [2, 3])
+    assert slurm_tasks_per_node("auto", 2) == 2 and slurm_tasks_per_node("auto", 1) == 1

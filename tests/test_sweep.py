@@ -227,6 +227,31 @@ def test_optuna_sweep_runs_trials(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_the_default_strategy_sweeps_device_counts_with_no_stray_folders(tmp_path):
+    """The sweep this project exists for, without a ``strategy=``: ``auto`` runs one device
+    alone and two under DDP (spawned in a multirun); the summary names what each became."""
+    result = run_script(
+        "train.py",
+        "-m",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        "data.batch_size=32",
+        "trainer.devices=1,2",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_summary(tmp_path / "sweep")
+    assert [(r["job"], r["strategy"], r["status"]) for r in rows] == [
+        ("devices_1", "single", "completed"),
+        ("devices_2", "ddp", "completed"),
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
+
+
+@pytest.mark.slow
 def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
     result = run_script(
         "train.py",

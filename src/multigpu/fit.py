@@ -18,7 +18,7 @@ import torch.distributed as dist
 from lightning_fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint
-from pytorch_lightning.strategies import Strategy
+from pytorch_lightning.strategies import SingleDeviceStrategy, Strategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from multigpu.admission import Admission
@@ -57,8 +57,8 @@ def build_strategy(node: DictConfig, run: Run) -> Strategy:
     """The ``strategy`` group's class with the run's devices: Lightning's single-device
     strategy takes one, ours a list; for DDP, Lightning places one process per device."""
     devices = [torch.device(d) for d in run.torch_devices]
-    if run.placement == ONE_DEVICE:
-        return build(node, device=devices[0])
+    if run.placement == ONE_DEVICE:  # strategy=single, or auto on one device
+        return SingleDeviceStrategy(device=devices[0])
     if run.placement == IN_PROCESS:
         return build(node, parallel_devices=devices)
     return build(node, start_method=run.start_method)

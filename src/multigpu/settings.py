@@ -64,6 +64,7 @@ from multigpu.schema import (
 ONE_DEVICE = "one_device"  # the whole step on one device
 IN_PROCESS = "in_process"  # one process drives every device (dp, scatter_allreduce)
 PER_DEVICE = "per_device"  # one process per device (DDP)
+AUTO = "auto"  # the default: single on one device, ddp on several (``chosen_strategy``)
 PLACEMENTS = {
     "single": ONE_DEVICE,
     "dp": IN_PROCESS,
@@ -185,12 +186,20 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def chosen_strategy(choice: str, devices: int) -> str:
+    """``strategy=auto`` as Lightning's own default resolves: one device runs alone, several
+    (over every node) get DDP; any other choice stands."""
+    if choice != AUTO:
+        return choice
+    return "single" if devices == 1 else "ddp"
+
+
 def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -> Run:
     """Check the config's values and derive everything that depends on them."""
     check_types(cfg)
     check_values(cfg, choices)
     strategy = choices["strategy"]
-    if strategy not in PLACEMENTS:
+    if strategy not in PLACEMENTS and strategy != AUTO:
         raise UserError(
             f"strategy={strategy} has no known device placement: use one of {', '.join(PLACEMENTS)}"
         )
@@ -201,6 +210,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     ids = parse_devices(devices, machine.cuda_devices)
     check_available(accelerator, ids, machine.cuda_devices)
     num_nodes = trainer.get("num_nodes", 1)
+    strategy = chosen_strategy(strategy, len(ids) * num_nodes)
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
     precision = parse_precision(trainer.get("precision"), accelerator)
@@ -241,8 +251,9 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
 
 # What a SLURM job asks for, from the same settings ---------------------------------------------
 def slurm_tasks_per_node(strategy: str, devices: Any) -> int:
-    """One task per device under DDP, else one (the strategy drives its devices itself)."""
-    per_device = PLACEMENTS.get(strategy) == PER_DEVICE
+    """One task per device under DDP (and ``auto``, DDP on several devices), else one (the
+    strategy drives its devices itself)."""
+    per_device = strategy == AUTO or PLACEMENTS.get(strategy) == PER_DEVICE
     return len(parse_devices(plain(devices), cuda_devices=0)) if per_device else 1
 
 
