@@ -131,6 +131,17 @@ def test_a_resume_is_refused_by_name_unless_every_difference_is_allowed(saved, c
         assert check_same_run(Path("x.ckpt"), saved, current, allowed) == changed
 
 
+def test_resume_changes_naming_no_setting_is_refused_with_the_closest():
+    saved = {"model.scheduler.T_max": 2, "model.optimizer.lr": 0.1}
+    with pytest.raises(
+        UserError,
+        match=r"resume_changes names model.scheduler.Tmax, which is "
+        r"not a setting of this run: did you mean model.scheduler.T_max\?",
+    ):
+        check_same_run(Path("x.ckpt"), saved, {**saved, "model.scheduler.T_max": 4},
+                       ["model.scheduler.Tmax"])  # fmt: skip
+
+
 def write_run(folder: Path, settings: dict, mtime: float) -> Path:
     (folder / "checkpoints").mkdir(parents=True)
     last = folder / "checkpoints" / "last.ckpt"
@@ -247,6 +258,23 @@ def test_a_record_moves_forward_only_and_only_by_its_own_run(tmp_path_factory, o
     assert final["status"] in ("running", "completed", "failed")
 
 
+def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
+    from multigpu.admission import admit
+    from multigpu.cli import hydra_runtime
+    from multigpu.settings import Machine
+
+    cfg = compose_config(SYNTHETIC, tmp_path)
+    (tmp_path / ".hydra").mkdir()  # what Hydra writes first is no run's
+    (tmp_path / "train.log").write_text("")
+    admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path)
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    before = snapshot(tmp_path)
+    with pytest.raises(OccupiedFolder, match="holds checkpoints but no metrics.json: it is left"):
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path)
+    assert snapshot(tmp_path) == before
+
+
 # Folder ownership -------------------------------------------------------------------------------
 HOLD = (
     "import sys, time; from multigpu.ownership import acquire; acquire(sys.argv[1]); time.sleep(60)"
@@ -360,6 +388,11 @@ def test_init_from_starts_a_new_run_from_the_weights_with_its_own_settings(tmp_p
         f"pass resume_changes=[model.optimizer.lr] to change it deliberately, or init_from={last}"
         in (refused.stderr)
     )
+    for mismatch in ([f"init_from={last}"], [f"ckpt_path={last}", "resume_changes=[model]"]):
+        other_width = tiny_run(tmp_path, "model.net.width=5", "trainer.max_epochs=2", *mismatch)
+        assert other_width.returncode == 2 and len(runs(tmp_path)) == 1  # nothing written
+        key = mismatch[0].split("=")[0]
+        assert f"error: {key}={last} does not fit this network" in other_width.stderr
     started = tiny_run(tmp_path, "model.optimizer.lr=0.3", f"init_from={last}")
     assert started.returncode == 0, started.stderr[-3000:]
     (new,) = [r for r in runs(tmp_path) if r != earlier]

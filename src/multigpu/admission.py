@@ -31,6 +31,7 @@ from multigpu.settings import Machine, Run, resolve_run
 
 FINISHED = ("completed", "diverged")  # running them again would give the same
 RECORD = "metrics.json"
+HYDRAS_OWN = (".hydra",)  # what Hydra writes in a run folder before the run starts (and *.log)
 
 
 @dataclass(frozen=True)
@@ -78,10 +79,12 @@ def admit(
         return Admission(run, settings, finished=own.finished)
     runs_dir = cfg.paths.runs_dir
     if ckpt_path is not None:
-        resume = plan_resume(ckpt_path, runs_dir, settings, allowed, run.max_epochs)
+        net = container(cfg.model.net)
+        resume = plan_resume(ckpt_path, runs_dir, settings, allowed, run.max_epochs, net)
         return Admission(run, settings, resume=resume)
     if init_from is not None:
-        return Admission(run, settings, init_from=plan_init(init_from, runs_dir))
+        net = container(cfg.model.net)
+        return Admission(run, settings, init_from=plan_init(init_from, runs_dir, net))
     return Admission(run, settings, continued=own.continued, history=own.history)
 
 
@@ -119,6 +122,7 @@ def folder_state(
         raise occupied(output_dir)
     path = output_dir / RECORD
     if not path.exists():
+        check_nothing_else(output_dir)
         return Folder()
     previous = read_previous(path)
     saved = previous.get("settings")
@@ -143,6 +147,23 @@ def folder_state(
     history = previous.get("history")
     history = history if isinstance(history, list) else []
     return Folder(continued=last, history=history) if last.is_file() else Folder()
+
+
+def check_nothing_else(output_dir: Path) -> None:
+    """A folder without a record holds nothing of a run (Hydra's config and log aside): one
+    with a checkpoint or logs but no ``metrics.json`` is not taken over."""
+    try:
+        found = [p.name for p in output_dir.iterdir() if p.name not in HYDRAS_OWN]
+    except (FileNotFoundError, NotADirectoryError):
+        return  # a folder still to be made, or a file in the way (the write check says so)
+    found = [name for name in found if not name.endswith(".log")]
+    if found:
+        last = output_dir / "checkpoints" / LAST
+        resume = f"resume it with ckpt_path={last}, or " if last.is_file() else ""
+        raise OccupiedFolder(
+            f"{output_dir} holds {', '.join(sorted(found)[:3])} but no {RECORD}: it is left as "
+            f"it is; {resume}pass another hydra.run.dir"
+        )
 
 
 def wants_more(epochs: Any, max_epochs: int | None) -> bool:

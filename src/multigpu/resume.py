@@ -14,6 +14,7 @@ settings are what is compared.
 
 from __future__ import annotations
 
+import difflib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,7 @@ def check_same_run(
             f"it cannot be checked to continue the same run: pass init_from={path} to start a "
             "new run from its weights"
         )
+    check_allowed_keys(allowed, saved, current)
     refused = refused_changes(saved, current, allowed)
     if refused:
         keys = ",".join(refused)
@@ -126,6 +128,24 @@ def check_same_run(
             "start a new run from its weights"
         )
     return differences(saved, current)
+
+
+def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[str, Any]):
+    """Each ``resume_changes`` entry names a setting (or a node of them) of either side: a
+    misspelt one would allow nothing, silently."""
+    keys = set(saved) | set(current)
+    for name in allowed:
+        if not any(k == name or k.startswith(f"{name}.") for k in keys):
+            close = difflib.get_close_matches(name, sorted(keys), n=3)
+            hint = (
+                f"did you mean {' or '.join(close)}?"
+                if close
+                else "use a key of the run's settings"
+            )
+            raise UserError(
+                f"resume_changes names {name}, which is not a setting of this run: {hint} "
+                "(the keys are listed under settings in its metrics.json)"
+            )
 
 
 def check_something_to_train(path: Path, epochs: int, max_epochs: int | None) -> None:
@@ -158,18 +178,15 @@ def plan_resume(
     settings: dict[str, Any],
     allowed: list[str],
     max_epochs: int | None,
+    net: dict[str, Any],
 ) -> Resume:
-    """The checkpoint a resume continues, read whole and checked against the run."""
+    """The checkpoint a resume continues, read whole and checked against the run, its
+    network included (``net``: the configured ``model.net``), before anything is written."""
     path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
     # torch: only once there is a file to read
-    from multigpu.checkpoint import (
-        check_resumable,
-        finished_epochs,
-        load_checkpoint,
-        stored_settings,
-    )
+    from multigpu.checkpoint import check_resumable, finished_epochs, stored_settings
 
-    checkpoint = load_checkpoint(path)
+    checkpoint = read_fitting(path, net, "ckpt_path")
     check_resumable(path, checkpoint)
     saved = stored_settings(checkpoint)
     changed = check_same_run(path, saved, settings, allowed)
@@ -180,14 +197,29 @@ def plan_resume(
     return Resume(path, epochs, saved, changed)
 
 
-def plan_init(init_from: Any, runs_dir: str | Path) -> Path:
-    """The checkpoint whose weights a new run starts from (read whole, so that a bad file is
-    refused now)."""
+def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Path:
+    """The checkpoint whose weights a new run starts from: read whole and fitted to the
+    configured network now, so that a bad file is refused before anything is written."""
     path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
-    from multigpu.checkpoint import load_checkpoint  # torch: only once there is a file to read
-
-    load_checkpoint(path)
+    read_fitting(path, net, "init_from")
     return path
+
+
+def read_fitting(path: Path, net: dict[str, Any], key: str) -> dict[str, Any]:
+    """The checkpoint at ``path``, whose weights fit the network ``net`` describes; every
+    refusal names ``key`` (the checkpoint reader's lines say ``ckpt_path``)."""
+    from multigpu.checkpoint import check_fits, load_checkpoint
+    from multigpu.models import resnet18
+
+    try:
+        checkpoint = load_checkpoint(path)
+        settings = {k: v for k, v in net.items() if not k.startswith("_")}
+        check_fits(path, checkpoint, resnet18(**settings), settings)
+    except UserError as err:
+        if key == "ckpt_path":
+            raise
+        raise UserError(str(err).replace(f"ckpt_path={path}", f"{key}={path}")) from None
+    return checkpoint
 
 
 def allowed_changes(value: Any) -> list[str]:

@@ -1,6 +1,6 @@
-"""How long a mistake takes to be answered: every bad-input case of docs/troubleshooting.md, run as a user
-would (``python train.py <overrides>``), timed from start to exit, with its exit status and
-its last line on stderr.
+"""How long a mistake takes to be answered: every bad-input case of docs/troubleshooting.md,
+run as a user would (``python train.py <overrides>``), timed from start to exit, with its exit
+status and its last line on stderr.
 
 ``python -m multigpu.bench.startup [--repeats 3] [--repo <checkout>] [--out outputs/startup]``
 

@@ -3,9 +3,10 @@ record's history and settings travel in every checkpoint, so that a resume start
 history and is checked against the settings (``multigpu.resume``).
 
 Each entry also gets ``wall_s``: the wall time from the run's start (``RunRecord.started``) to
-the end of that epoch's evaluation, on the monotonic clock (docs/records.md, "Time to accuracy"). A run
-that continues a history continues its clock: the last carried epoch's ``wall_s`` plus the time
-since this run started (what the earlier run spent after its last checkpoint is not counted);
+the end of that epoch's evaluation, on the monotonic clock (docs/records.md, "Time to
+accuracy"). A run that continues a history continues its clock: the last carried epoch's
+``wall_s`` plus the time since this run started (what the earlier run spent after its last
+checkpoint is not counted);
 a carried history without ``wall_s`` (an older version's) leaves this run's null.
 """
 

@@ -53,8 +53,9 @@ def acc_vs_time_figure(
     curves: list[tuple[str, list[dict[str, Any]]]], targets: list[float] = ()
 ) -> Figure:
     """One line per (label, per-epoch history): test accuracy against ``wall_s``, the wall time
-    since the run's start at the end of each evaluation (docs/records.md, "Time to accuracy"), from 0;
-    the ``targets`` as dotted lines. Epochs without a wall time (older records) are left out."""
+    since the run's start at the end of each evaluation (docs/records.md, "Time to accuracy"),
+    from 0; the ``targets`` as dotted lines. Epochs without a wall time (older records) are left
+    out."""
     fig, ax = plt.subplots(figsize=(8, 5))
     longest = max(
         [0.0, *(h["wall_s"] for _, history in curves for h in history if h.get("wall_s"))]
