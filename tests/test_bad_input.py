@@ -55,7 +55,7 @@ CONFIG_CASES = {
     "unknown_strategy": (
         ["strategy=horovod"],
         2,
-        "strategy=horovod is not an option of strategy (options: ddp, ddp_spawn, dp,",
+        "strategy=horovod is not an option of strategy (options: auto, ddp, ddp_spawn, dp,",
     ),
     "unknown_group_option": (
         ["data=cifar10"],
@@ -183,8 +183,8 @@ CKPT_CASES = {
         "training cannot continue from it; eval.py can still evaluate it",
     ),
 }
-# Found when the network is built, after the run started: its weights do not fit (given as
-# init_from: as ckpt_path, the checkpoint's missing training state is refused first).
+# Weights that do not fit the configured network, given as init_from (as ckpt_path, the
+# checkpoint's missing training state is refused first): refused before anything is written.
 INIT_FROM = ("other_width", "other_class_count")
 # Files that are zip archives of tensors, but not checkpoints of ours: (build it, what is said),
 # through train.py (resuming) and eval.py alike; train.py refuses those without training state
@@ -332,7 +332,7 @@ def test_data_missing_and_no_download(outcomes):
 def test_bad_ckpt_path(case, outcomes):
     _, text = CKPT_CASES[case]
     result, cwd = outcomes[f"ckpt:{case}"]
-    check_one_line_error(result, 2, text, cwd, started=case in INIT_FROM)
+    check_one_line_error(result, 2, text, cwd, started=False)  # all refused before any folder
     assert "ckpt_path=" in stderr_lines(result)[-1]
     if case in ("missing", "latest_without_runs", "a_folder"):  # found from the path alone
         assert "torch" not in imported(result)

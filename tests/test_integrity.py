@@ -121,7 +121,12 @@ def test_a_resume_is_refused_by_name_unless_every_difference_is_allowed(saved, c
         return any(key == a or key.startswith(f"{a}.") for a in allowed)
 
     refused = [k for k in changed if not covered(k)]
-    if refused:
+    names = set(saved) | set(current)
+    unknown = [a for a in allowed if not any(k == a or k.startswith(f"{a}.") for k in names)]
+    if unknown:  # a misspelt key allows nothing: refused, naming it
+        with pytest.raises(UserError, match=f"resume_changes names {unknown[0]}, which is not"):
+            check_same_run(Path("x.ckpt"), saved, current, allowed)
+    elif refused:
         with pytest.raises(UserError) as error:
             check_same_run(Path("x.ckpt"), saved, current, allowed)
         text = str(error.value)
@@ -270,7 +275,8 @@ def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
     before = snapshot(tmp_path)
-    with pytest.raises(OccupiedFolder, match="holds checkpoints but no metrics.json: it is left"):
+    held = "holds checkpoints/last.ckpt but no metrics.json: it is left"
+    with pytest.raises(OccupiedFolder, match=held):
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path)
     assert snapshot(tmp_path) == before
 

@@ -337,7 +337,7 @@ NAMED_CASES = {
     "optimizer_key": (["+model.optimizer.betas=[0.9,0.99]"], "model.optimizer.betas is not a"),
     "data_key": (["++data.num_train=5"], "data.num_train is not a setting of data=fashion_mnist"),
     "strategy_key": (
-        ["++strategy.timeout_s=5"],
+        ["strategy=single", "++strategy.timeout_s=5"],
         "strategy.timeout_s is not a setting of strategy=single: it takes none",
     ),
     "compile_key": (["model.compile={fast:true}"], "model.compile.fast is not a setting of"),

@@ -47,7 +47,7 @@ NAMED = {
         "config",
         ["strategy=ddpp"],
         "strategy=ddpp is not an option of strategy: did you mean ddp? "
-        "(options: ddp, ddp_spawn, dp, scatter_allreduce, single)",
+        "(options: auto, ddp, ddp_spawn, dp, scatter_allreduce, single)",
         ["ddp"],
     ),
     "option_data": (

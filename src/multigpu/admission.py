@@ -32,6 +32,7 @@ from multigpu.settings import Machine, Run, resolve_run
 FINISHED = ("completed", "diverged")  # running them again would give the same
 RECORD = "metrics.json"
 HYDRAS_OWN = (".hydra",)  # what Hydra writes in a run folder before the run starts (and *.log)
+RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 
 
 @dataclass(frozen=True)
@@ -122,7 +123,8 @@ def folder_state(
         raise occupied(output_dir)
     path = output_dir / RECORD
     if not path.exists():
-        check_nothing_else(output_dir)
+        if rank_zero:  # the other ranks of a run may start first and find rank 0's files
+            check_nothing_else(output_dir)
         return Folder()
     previous = read_previous(path)
     saved = previous.get("settings")
@@ -150,18 +152,19 @@ def folder_state(
 
 
 def check_nothing_else(output_dir: Path) -> None:
-    """A folder without a record holds nothing of a run (Hydra's config and log aside): one
-    with a checkpoint or logs but no ``metrics.json`` is not taken over."""
+    """A folder without a record holds nothing of a run: one with a run's checkpoint or logs
+    but no ``metrics.json`` is not taken over (other files, a user's, stay as they are)."""
+    last = output_dir / "checkpoints" / LAST
     try:
         found = [p.name for p in output_dir.iterdir() if p.name not in HYDRAS_OWN]
     except (FileNotFoundError, NotADirectoryError):
         return  # a folder still to be made, or a file in the way (the write check says so)
-    found = [name for name in found if not name.endswith(".log")]
-    if found:
-        last = output_dir / "checkpoints" / LAST
+    runs_files = sorted(name for name in found if name.startswith(RUNS_FILES))
+    if last.is_file() or runs_files:
         resume = f"resume it with ckpt_path={last}, or " if last.is_file() else ""
+        held = [f"checkpoints/{LAST}"] if last.is_file() else runs_files[:2]
         raise OccupiedFolder(
-            f"{output_dir} holds {', '.join(sorted(found)[:3])} but no {RECORD}: it is left as "
+            f"{output_dir} holds {', '.join(held)} but no {RECORD}: it is left as "
             f"it is; {resume}pass another hydra.run.dir"
         )
 

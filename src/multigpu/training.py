@@ -128,7 +128,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         record = start_record(output_dir, admission, cfg, started)
         try:
             record.claim(admission.history)
-            check_folders(cfg, output_dir)
+            if is_rank_zero():  # only rank 0 writes in the run's folder
+                check_folders(cfg, output_dir)
             from multigpu.fit import fit  # torch and Lightning: only once the config is known good
 
             fit(cfg, admission, record, output_dir)
