@@ -333,7 +333,8 @@ def test_bad_ckpt_path(case, outcomes):
     _, text = CKPT_CASES[case]
     result, cwd = outcomes[f"ckpt:{case}"]
     check_one_line_error(result, 2, text, cwd, started=False)  # all refused before any folder
-    assert "ckpt_path=" in stderr_lines(result)[-1]
+    key = "init_from=" if case in INIT_FROM else "ckpt_path="  # the line names the value given
+    assert key in stderr_lines(result)[-1]
     if case in ("missing", "latest_without_runs", "a_folder"):  # found from the path alone
         assert "torch" not in imported(result)
 
