@@ -130,3 +130,12 @@ def flip_byte_in_a_tensor(path: Path) -> None:
         byte = file.read(1)[0]
         file.seek(middle)
         file.write(bytes([byte ^ 0x10]))
+
+
+def refusal_of(parse_args, args: list[str], capsys) -> str:
+    """What a tool's argument parser says of ``args``: one ``error:`` line and exit 2."""
+    with pytest.raises(SystemExit) as exit:
+        parse_args(args)
+    said = capsys.readouterr().err
+    assert exit.value.code == 2 and said.startswith("error: ") and said.count("\n") == 1
+    return said
