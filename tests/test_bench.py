@@ -104,6 +104,9 @@ def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
     from multigpu.bench.__main__ import parse_args
 
+    # The default --data-source comes from $MULTIGPU_DATA, which CI gives as a relative path
+    # that the chdir below would break: each case here tests its own argument only.
+    monkeypatch.delenv("MULTIGPU_DATA", raising=False)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")
     assert text in refusal_of(parse_args, args, capsys)
