@@ -3,6 +3,7 @@ command a GPU machine runs, every step but CUDA, so it cannot rot while no GPU i
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -38,3 +39,10 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
         row = re.search(rf"^\| {name} \| (\d+) \| ([\d.]+) \|", report, re.M)
         assert row and float(row[2]) > 0, report
     assert (tmp_path / "bench" / "bench.json").is_file() and (tmp_path / "junit.xml").is_file()
+    # The speedrun ran once per seed, each seed's record read back into the report.
+    assert "| speedrun_gpu | ran (mean test acc " in report
+    seeds = re.findall(r"^\| (\d) \| (0\.\d{4}) \|", report, re.M)
+    assert [seed for seed, _ in seeds] == ["0", "1", "2"], report
+    for seed, acc in seeds:
+        record = json.loads((tmp_path / "speedrun" / f"seed_{seed}" / "metrics.json").read_text())
+        assert f"{record['test_acc']:.4f}" == acc and record["settings"]["seed"] == int(seed)

@@ -17,11 +17,13 @@ from multigpu.bench.report import paired_ratio
 pytestmark = pytest.mark.subprocess
 
 # One configuration of each kind the bench runs (a plain loop, training steps, a loader alone,
-# whole epochs, runs side by side) and the pairs behind ratios 1, 1b, 4 and 4b; the strategies'
-# own configurations differ from lightning_memory only in their overrides, and
-# tests/test_strategies.py runs those.
+# whole epochs, runs side by side) and the pairs behind ratios 1, 1b, 1c, 4 and 4b; the
+# strategies' own configurations (and compile's, which takes minutes to compile on a CPU) differ
+# from lightning_memory only in their overrides, and tests/test_strategies.py (and
+# tests/test_speed_options.py) run those.
 ONLY = [
     *("plain_loop", "lightning_memory", "lightning_torchvision", "lightning_memory_nhwc"),
+    "lightning_memory_bf16",
     *("loader_memory", "loader_torchvision", "epoch_d2l", "independent_x2_1thread"),
 ]
 
@@ -56,6 +58,7 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     recomputed = {
         "1 framework overhead": speed["plain_loop"] / speed["lightning_memory"],
         "1b channels_last": speed["lightning_memory_nhwc"] / speed["lightning_memory"],
+        "1c bf16 autocast": speed["lightning_memory_bf16"] / speed["lightning_memory"],
         "4 in-memory pipeline": speed["lightning_memory"] / speed["lightning_torchvision"],
         "4b pipelines alone": speed["loader_memory"] / speed["loader_torchvision"],
     }

@@ -627,11 +627,20 @@ def check_agreement(checkpoint: dict[str, Any]) -> None:
             f"the history holds {len(history)} epoch(s) but {source} {max(counted)} finished: "
             "the two disagree"
         )
+    # A scheduler stepped with the optimizer (model.scheduler_interval=step) counts steps.
+    per_step = (checkpoint.get(SETTINGS) or {}).get("model.scheduler_interval") == "step"
+    if per_step and "global_step" not in checkpoint:
+        return
+    limit, unit = (
+        (checkpoint["global_step"], "optimizer step(s)")
+        if per_step
+        else (finished, "finished epoch(s)")
+    )
     for i, state in enumerate(checkpoint.get("lr_schedulers") or []):
-        if state["last_epoch"] > finished:
+        if state["last_epoch"] > limit:
             raise Malformed(
-                f"lr_schedulers[{i}].last_epoch is {state['last_epoch']} after {finished} "
-                "finished epoch(s): the two disagree"
+                f"lr_schedulers[{i}].last_epoch is {state['last_epoch']} after {limit} "
+                f"{unit}: the two disagree"
             )
 
 

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
+from multigpu.names import SCHEDULER_EPOCH_KEYS
 from multigpu.phases import phase
 from multigpu.settings import plain
 
@@ -31,7 +32,11 @@ class ImageClassifier(LightningModule):
     ``channels_last`` and ``compile`` (true, or ``torch.compile``'s keyword arguments) change
     how the network runs, not what it computes or what a checkpoint holds. ``warmup``
     (``{epochs, start_factor}``) scales each step's lr from ``start_factor`` up to 1 over the
-    first ``epochs``, on top of the scheduler.
+    first ``epochs``, on top of the scheduler. ``label_smoothing`` softens the training
+    loss's targets (the test loss stays plain cross-entropy); ``tta_flip`` evaluates each image
+    and its mirror image and averages their logits. ``scheduler_interval="step"`` steps the
+    scheduler after every optimizer step instead of every epoch, its lengths (cosine's
+    ``T_max``, ``step_size``) still counted in epochs: a smooth decay for runs of few epochs.
     """
 
     def __init__(
@@ -42,9 +47,14 @@ class ImageClassifier(LightningModule):
         channels_last: bool = False,
         compile: bool | dict = False,
         warmup: dict | None = None,
+        label_smoothing: float = 0.0,
+        tta_flip: bool = False,
+        scheduler_interval: str = "epoch",
     ):
         super().__init__()
         self.channels_last = channels_last
+        self.label_smoothing, self.tta_flip = label_smoothing, tta_flip
+        self.scheduler_interval = scheduler_interval
         self.warmup = plain(warmup) or {}
         self.compile_options = ({} if compile is True else plain(compile)) if compile else None
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
@@ -94,7 +104,7 @@ class ImageClassifier(LightningModule):
         images, labels = batch
         with phase("forward"):
             logits = (network or self.net)(self.layout(images))
-        loss = F.cross_entropy(logits, labels)
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
         self.train_acc.update(logits.detach(), labels)  # computed once, at the epoch's end
         batch_size = labels.numel()
         self.log(
@@ -114,6 +124,8 @@ class ImageClassifier(LightningModule):
         figures use it too); returns the predicted classes."""
         images, labels = batch
         logits = self(images)
+        if self.tta_flip:  # the classes are mirror-symmetric: a shoe is a shoe either way
+            logits = (logits + self(images.flip(-1))) / 2
         metric = self.val_acc if split == "val" else self.test_acc
         metric.update(logits, labels)
         batch_size = labels.numel()
@@ -165,33 +177,52 @@ class ImageClassifier(LightningModule):
         schedulers, optimizers = checkpoint.get("lr_schedulers"), checkpoint.get("optimizer_states")
         if not self.hparams.scheduler or not schedulers or not optimizers:
             return
-        epochs = schedulers[0].get("last_epoch", 0)
-        optimizer, scheduler = self.replay_schedule(epochs)
+        steps = schedulers[0].get("last_epoch", 0)  # epochs, or optimizer steps per step
+        optimizer, scheduler = self.replay_schedule(steps)
         lr = optimizer.param_groups[0]["lr"]
         saved = optimizers[0]["param_groups"][0]
         if abs(saved["lr"] - lr) > 1e-12 * max(abs(lr), 1):
-            log.info("resuming after %d epochs with the schedule as configured now: lr %g "
-                     "(the checkpoint's schedule had %g)", epochs, lr, saved["lr"])  # fmt: skip
+            log.info("resuming after %d %ss with the schedule as configured now: lr %g (the "
+                     "checkpoint's schedule had %g)", steps, self.scheduler_interval, lr,
+                     saved["lr"])  # fmt: skip
         schedulers[0] = scheduler.state_dict()
         for group in optimizers[0]["param_groups"]:
             group["lr"], group["initial_lr"] = lr, optimizer.param_groups[0]["initial_lr"]
 
-    def replay_schedule(self, epochs: int):
-        """(optimizer, scheduler) as configured, on a stand-in parameter, ``epochs`` steps in."""
+    def replay_schedule(self, steps: int):
+        """(optimizer, scheduler) as configured, on a stand-in parameter, ``steps`` in."""
         optimizer = instantiate(self.hparams.optimizer)([nn.Parameter(torch.zeros(1))])
-        scheduler = instantiate(self.hparams.scheduler)(optimizer)
-        for _ in range(epochs):
+        scheduler = self.build_scheduler(optimizer)
+        for _ in range(steps):
             optimizer.step()  # no gradient: changes nothing, but schedulers expect a step first
             scheduler.step()
         return optimizer, scheduler
+
+    def build_scheduler(self, optimizer):
+        """The configured scheduler; stepped per optimizer step, its lengths in epochs become
+        lengths in steps."""
+        scheduler = dict(self.hparams.scheduler)
+        steps = self.scheduler_steps_per_epoch()
+        for key in SCHEDULER_EPOCH_KEYS.get(scheduler["_target_"], ()):
+            if key in scheduler:
+                scheduler[key] = scheduler[key] * steps
+        return instantiate(scheduler)(optimizer)
+
+    def scheduler_steps_per_epoch(self) -> int:
+        """1, or the optimizer steps of an epoch when the scheduler steps with the optimizer
+        (asking Lightning for them sizes the training data, also before a resume's restore)."""
+        if self.scheduler_interval != "step":
+            return 1
+        self.trainer.estimated_stepping_batches  # noqa: B018
+        return -(-self.trainer.num_training_batches // self.trainer.accumulate_grad_batches)
 
     @override
     def configure_optimizers(self):
         optimizer = instantiate(self.hparams.optimizer)(self.net.parameters())
         if not self.hparams.scheduler:
             return optimizer
-        scheduler = instantiate(self.hparams.scheduler)(optimizer)
+        scheduler = self.build_scheduler(optimizer)
         return {
             "optimizer": optimizer,
-            "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"},
+            "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval},
         }

@@ -25,6 +25,9 @@ COSINE = "torch.optim.lr_scheduler.CosineAnnealingLR"
 # Schedulers this project checks (``conf/model/scheduler``); last_epoch is Lightning's to set.
 SCHEDULER_KEYS = {STEP_LR: ("step_size", "gamma"), COSINE: ("T_max", "eta_min")}
 SCHEDULER_REQUIRED = {STEP_LR: ("step_size",), COSINE: ("T_max",)}  # no default in torch
+# The lengths a scheduler takes, in epochs; model.scheduler_interval=step turns them into steps.
+SCHEDULER_EPOCH_KEYS = {STEP_LR: ("step_size",), COSINE: ("T_max",)}
+SCHEDULER_INTERVALS = ("epoch", "step")  # model.scheduler_interval
 # What the base data module takes, and what each data set adds; batch_size_per_device is read
 # by the settings (the data module gets the batch it computes).
 DATA_KEYS = (
@@ -43,7 +46,10 @@ DATA_SIZES = {FASHION_MNIST: (60_000, 10_000, 10)}
 IMAGE_CHANNELS = 1  # both data sets: 28x28 grey images
 # The model group's own keys (multigpu.module.ImageClassifier; lr_scaling is the settings').
 MODEL = "multigpu.module.ImageClassifier"
-MODEL_KEYS = ("net", "optimizer", "scheduler", "channels_last", "compile", "lr_scaling")
+MODEL_KEYS = (
+    *("net", "optimizer", "scheduler", "channels_last", "compile", "lr_scaling"),
+    *("label_smoothing", "tta_flip", "scheduler_interval"),
+)
 COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")  # torch.compile
 # The strategies whose every argument is ours to know; DDP passes extra keys on to Lightning's
 # DDPStrategy (as the trainer does to Trainer), which answers them itself.

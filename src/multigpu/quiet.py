@@ -12,7 +12,9 @@ that asks nothing of the user and changes nothing in it.
   lines say how the run ended, and this one was printed onto the progress bar's last line
   ("stopped: No training batches" stays: it says something is wrong);
 - DDP's "Initializing distributed: GLOBAL_RANK ..." per process and its backend banner: the
-  run's first line gives the processes and who started them.
+  run's first line gives the processes and who started them;
+- "Loading `train_dataloader` to estimate number of stepping batches.", printed when a
+  scheduler stepped per optimizer step asks for the epoch's length.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ LOG_MESSAGES = (
     "`Trainer.fit` stopped: `max_epochs=",
     "`Trainer.fit` stopped: `max_steps=",
     "Initializing distributed: ",
+    "Loading `train_dataloader` to estimate number of stepping batches",
     "-" * 100 + "\ndistributed_backend=",
 )
 LIGHTNING_LOGGERS = (

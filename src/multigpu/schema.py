@@ -71,6 +71,9 @@ class Data:
 class Model:
     channels_last: bool = False
     compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
+    label_smoothing: float = field(default=0.0, metadata={"example": 0.1})
+    tta_flip: bool = False
+    scheduler_interval: str = "epoch"
 
 
 @dataclass

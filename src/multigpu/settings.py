@@ -41,6 +41,7 @@ from multigpu.names import (
     NORMS,
     PIPELINES,
     PRECISION_ALIASES,
+    SCHEDULER_INTERVALS,
     SCHEDULER_KEYS,
     SCHEDULER_REQUIRED,
     SGD,
@@ -311,6 +312,7 @@ RANGES: dict[str, Range] = {
         f"a positive integer, at most {MAX_WIDTH} (already 11 billion parameters)", 1, MAX_WIDTH
     ),
     "model.net.init_std": Range("positive, or null", 0, above=True),
+    "model.label_smoothing": Range("0 or more and less than 1", 0, 1, below=True),
     "model.optimizer.lr": Range("a positive number", 0, above=True),
     "model.optimizer.momentum": Range("0 or more and less than 1", 0, 1, below=True),
     "model.optimizer.dampening": Range("between 0 and 1", 0, 1),
@@ -337,6 +339,7 @@ NAMES = {  # the values that name a choice
     "data.pipeline": PIPELINES,
     "model.net.norm": NORMS,
     "model.lr_scaling.rule": LR_RULES,
+    "model.scheduler_interval": SCHEDULER_INTERVALS,
     "strategy.start_method": START_METHODS,
 }
 PATHS = {"ckpt_path": ", or null", "data.root": "", "data.source": ", or null"}  # null allowed

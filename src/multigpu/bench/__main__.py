@@ -56,6 +56,8 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
         ("lightning_memory", "train", narrow, memory, {}),
         ("lightning_torchvision", "train", narrow, ["data.pipeline=torchvision"], {}),
         ("lightning_memory_nhwc", "train", narrow, [*memory, "model.channels_last=true"], {}),
+        ("lightning_memory_bf16", "train", narrow, [*memory, "trainer.precision=bf16-mixed"], {}),
+        ("lightning_memory_compile", "train", narrow, [*memory, "model.compile=true"], {}),
         ("single", "train", wide, memory, {}),
         (
             f"scatter_allreduce_x{n}",

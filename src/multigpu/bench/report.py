@@ -28,6 +28,22 @@ RATIOS = [
         None,
     ),
     (
+        "1c bf16 autocast",
+        "lightning_memory_bf16",
+        "lightning_memory",
+        "our step's images/s with trainer.precision=bf16-mixed / fp32's (width {width}; on a "
+        "CPU, autocast to bf16 pays off only where the convolutions are wide enough)",
+        None,
+    ),
+    (
+        "1d torch.compile",
+        "lightning_memory_compile",
+        "lightning_memory",
+        "our step's images/s with model.compile=true / eager's, compiled before the timing "
+        "(width {width}; the compile itself is the warm-up's)",
+        None,
+    ),
+    (
         "2 scatter_allreduce cost",
         "single",
         "scatter_allreduce_x{replicas}",
