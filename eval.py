@@ -9,10 +9,10 @@ from contextlib import redirect_stdout
 import hydra
 from omegaconf import DictConfig
 
-from multigpu.cli import report_user_errors
-from multigpu.evaluation import evaluate  # torch-free until the settings are checked
-from multigpu.quiet import quiet
-from multigpu.typos import check_command_line
+from multigpu.config.typos import check_command_line
+from multigpu.run.cli import report_user_errors
+from multigpu.run.evaluation import evaluate  # torch-free until the settings are checked
+from multigpu.run.quiet import quiet
 
 quiet()
 

@@ -3,13 +3,13 @@
 import hydra
 from omegaconf import DictConfig
 
-from multigpu.cli import hydra_runtime, register_resolvers, report_user_errors
-from multigpu.quiet import quiet
-from multigpu.record import is_rank_zero
-from multigpu.run_summary import print_closing_lines
-from multigpu.sweep import keep_sweeping
-from multigpu.training import train  # torch-free until the config is checked
-from multigpu.typos import check_command_line
+from multigpu.config.typos import check_command_line
+from multigpu.run.cli import hydra_runtime, register_resolvers, report_user_errors
+from multigpu.run.quiet import quiet
+from multigpu.run.run_summary import print_closing_lines
+from multigpu.run.sweep import keep_sweeping
+from multigpu.run.training import train  # torch-free until the config is checked
+from multigpu.storage.record import is_rank_zero
 
 register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a sweep's jobs
 quiet()  # here too for DDP's workers, which start from this file

@@ -14,4 +14,4 @@ fi
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export MULTIGPU_DATA="${MULTIGPU_DATA:-$PWD/.gpu-data}"
 # The part and the options are passed as given, in any order (--out given here wins over $OUT).
-exec python3 -m multigpu.acceptance --out "${OUT:-outputs/gpu}" "$@"
+exec python3 -m multigpu.tools.acceptance --out "${OUT:-outputs/gpu}" "$@"

@@ -30,7 +30,7 @@ TINY = [
 def compose_config(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
     """The config ``train.py`` would see, with Hydra's choices but without its runtime (so
     ``output_dir`` is given)."""
-    from multigpu.cli import register_resolvers
+    from multigpu.run.cli import register_resolvers
 
     register_resolvers()
     extra = [f"paths.output_dir={output_dir}"] if output_dir is not None else []
@@ -41,8 +41,8 @@ def compose_config(overrides: list[str], output_dir: Path | None = None) -> Dict
 def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **machine):
     """The run ``cfg`` resolves to on a machine described here (a GPU machine, a cluster job),
     whatever this one is."""
-    from multigpu.cli import hydra_runtime
-    from multigpu.settings import Machine, resolve_run
+    from multigpu.config.settings import Machine, resolve_run
+    from multigpu.run.cli import hydra_runtime
 
     choices, multirun = hydra_runtime(cfg)
     machine = {"environ": {}, "multirun": multirun, **machine}

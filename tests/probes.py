@@ -143,7 +143,7 @@ class DieDuringCheckpointWrite(Callback):
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if trainer.current_epoch != self.epoch:
             return
-        from multigpu import checkpoint_io
+        from multigpu.storage import checkpoint_io
 
         def write_half_then_die(file, data) -> None:
             file.write(bytes(data[: len(data) // 2]))

@@ -1,4 +1,4 @@
-"""``python -m multigpu.bench --tiny``: every configuration runs and the files are written.
+"""``python -m multigpu.tools.bench --tiny``: every configuration runs and the files are written.
 No timing is asserted (shared machines are noisy); the ratios are checked against the
 configurations' own numbers."""
 
@@ -12,7 +12,7 @@ import sys
 import pytest
 from conftest import REPO, SHARED_DATA, refusal_of
 
-from multigpu.bench.report import paired_ratio
+from multigpu.tools.bench.report import paired_ratio
 
 pytestmark = pytest.mark.subprocess
 
@@ -31,7 +31,7 @@ ONLY = [
 def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     out = tmp_path / "bench"
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.bench", "--tiny", "--out", str(out), "--jobs", "2"]
+        [sys.executable, "-m", "multigpu.tools.bench", "--tiny", "--out", str(out), "--jobs", "2"]
         + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA), "--only", *ONLY],
         cwd=REPO,
         capture_output=True,
@@ -71,7 +71,7 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
 
 def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.bench", "--only", "nosuch", "--out", str(tmp_path)],
+        [sys.executable, "-m", "multigpu.tools.bench", "--only", "nosuch", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -105,7 +105,7 @@ def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
     ],
 )
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
-    from multigpu.bench.__main__ import parse_args
+    from multigpu.tools.bench.__main__ import parse_args
 
     # The default --data-source comes from $MULTIGPU_DATA, which CI gives as a relative path
     # that the chdir below would break: each case here tests its own argument only.
@@ -116,7 +116,7 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
 
 
 def test_every_option_says_its_default(capsys):
-    from multigpu.bench.__main__ import parse_args
+    from multigpu.tools.bench.__main__ import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--help"])
@@ -138,7 +138,15 @@ def test_ratios_pair_the_rounds_both_sides_ran_in():
 def test_startup_bench_times_the_cases_it_names(tmp_path):
     """No timing asserted: the cases run and report their exit status and error line."""
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.bench.startup", "--repeats", "1", "--out", str(tmp_path)]
+        [
+            sys.executable,
+            "-m",
+            "multigpu.tools.bench.startup",
+            "--repeats",
+            "1",
+            "--out",
+            str(tmp_path),
+        ]
         + ["--only", "devices zero", "eval without ckpt_path"],
         cwd=REPO,
         capture_output=True,

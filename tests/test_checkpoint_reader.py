@@ -1,7 +1,7 @@
-"""The checkpoint reader (``multigpu.checkpoint.load_checkpoint``): whatever a file holds, it is
-either returned whole and consistent (every field Lightning and train.py read exists, with the
-type and the counts they expect) or refused in one ``UserError`` line that names the file and
-what is wrong; never another exception, never a hang. Real checkpoints come from one tiny
+"""The checkpoint reader (``multigpu.storage.checkpoint.load_checkpoint``): whatever a file holds,
+it is either returned whole and consistent (every field Lightning and train.py read exists, with the
+type and the counts they expect) or refused in one ``UserError`` line that names the file and what
+is wrong; never another exception, never a hang. Real checkpoints come from one tiny
 in-process training run; the damage is named (cases attackers found) or generated (Hypothesis:
 structural edits with the digest recomputed, so the structure check is what must catch them;
 truncated and flipped bytes)."""
@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
 
-from multigpu.checkpoint import (
+from multigpu.config.errors import UserError
+from multigpu.storage.checkpoint import (
     DIGEST,
     HISTORY,
     RESUME_STATE,
@@ -38,8 +39,7 @@ from multigpu.checkpoint import (
     load_network,
     stored_settings,
 )
-from multigpu.ckpt_path import checkpoint_file
-from multigpu.errors import UserError
+from multigpu.storage.ckpt_path import checkpoint_file
 
 FEW = settings(
     max_examples=50, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -56,7 +56,7 @@ EPOCH_PROGRESS = ("loops", "fit_loop", "epoch_progress")
 def trained(tmp_path_factory, data_root) -> Path:
     """Two epochs of a narrow network with momentum and a cosine schedule, so that every part
     of a checkpoint is there (optimizer state, a scheduler, a two-epoch history)."""
-    from multigpu.training import train
+    from multigpu.run.training import train
 
     out = tmp_path_factory.mktemp("trained")
     overrides = [

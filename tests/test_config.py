@@ -6,7 +6,7 @@ import pytest
 from conftest import CONF, compose_config, resolve_on
 from hydra.utils import instantiate
 
-from multigpu.fit import build_strategy
+from multigpu.run.fit import build_strategy
 
 
 def options(group: str) -> list[str]:

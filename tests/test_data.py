@@ -15,9 +15,9 @@ import pytest
 import torch
 from conftest import copy_raw, write_gz
 
+from multigpu.config.errors import UserError
 from multigpu.data import FashionMNISTDataModule, SyntheticDataModule
 from multigpu.data.idx import ALL_RAW_FILES
-from multigpu.errors import UserError
 
 
 def read_gz_labels(path: Path) -> np.ndarray:
@@ -27,7 +27,9 @@ def read_gz_labels(path: Path) -> np.ndarray:
 
 def test_gz_files_are_unpacked_into_a_fresh_root(tmp_path, shared_data):
     before = sorted(p.name for p in (shared_data / "FashionMNIST" / "raw").iterdir())
-    dm = FashionMNISTDataModule(root=str(tmp_path), source=str(shared_data), download=False)
+    dm = FashionMNISTDataModule(
+        root=str(tmp_path), source=str(shared_data), download=False, num_workers=0
+    )
     dm.prepare_data()
     raw = tmp_path / "FashionMNIST" / "raw"
     assert sorted(p.name for p in raw.iterdir()) == sorted(ALL_RAW_FILES)
@@ -44,7 +46,7 @@ def test_gz_files_inside_root_are_unpacked_in_place(tmp_path, shared_data):
 
 
 def test_fashion_mnist_sizes_labels_and_normalisation(data_root, shared_data):
-    dm = FashionMNISTDataModule(root=str(data_root), download=False, batch_size=500)
+    dm = FashionMNISTDataModule(root=str(data_root), download=False, batch_size=500, num_workers=0)
     dm.setup("fit")
     assert (len(dm.train_set), len(dm.test_set)) == (60_000, 10_000)
     raw = shared_data / "FashionMNIST" / "raw"
@@ -80,11 +82,11 @@ def test_subsets_and_validation_split_are_seeded_and_disjoint(data_root):
 
 
 def test_synthetic_data_module():
-    dm = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3)
+    dm = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3, num_workers=0)
     dm.setup("fit")
     images, labels = next(iter(dm.train_dataloader()))
     assert images.shape == (32, 1, 28, 28) and labels.max() < 10
-    again = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3)
+    again = SyntheticDataModule(num_train=96, num_test=40, batch_size=32, seed=3, num_workers=0)
     again.setup("fit")
     assert torch.equal(dm.train_set.tensors[0], again.train_set.tensors[0])
     assert len(dm.test_set) == 40

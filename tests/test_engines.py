@@ -23,7 +23,7 @@ import pytest
 import torch
 from conftest import REPO, SHARED_DATA, TINY
 
-from multigpu.checkpoint import load_checkpoint, network_state
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.distributed]
 

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY, compose_config
 
-from multigpu.checkpoint import load_checkpoint, network_state
 from multigpu.data import FashionMNISTDataModule
-from multigpu.fit import build_module
 from multigpu.models import resnet18
-from multigpu.training import resolve, train
+from multigpu.run.fit import build_module
+from multigpu.run.training import resolve, train
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 SAMPLES, BATCH, EPOCHS, SEED = 512, 64, 2, 7  # K = 16 steps
 
@@ -46,7 +46,9 @@ def test_training_equals_a_plain_pytorch_loop(tmp_path, data_root):
 
     # The same samples (the seeded subset); their order written out here: each epoch a
     # permutation seeded by data.seed + epoch, as DistributedSampler draws it.
-    data = FashionMNISTDataModule(root=str(data_root), train_subset=SAMPLES, seed=SEED)
+    data = FashionMNISTDataModule(
+        root=str(data_root), train_subset=SAMPLES, seed=SEED, num_workers=0
+    )
     data.normalize = False
     data.setup("fit")
     net = resnet18(width=4, init_std=0.01)

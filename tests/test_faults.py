@@ -19,7 +19,7 @@ import pytest
 import torch
 from conftest import REPO, SHARED_DATA, TINY, flip_byte_in_a_tensor, run_script
 
-from multigpu.checkpoint import load_checkpoint, network_state
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 pytestmark = pytest.mark.subprocess
 

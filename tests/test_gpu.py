@@ -4,7 +4,7 @@ replicas equal one device, the in-memory pipeline keeps its data on the GPU and 
 torchvision pipeline's result, channels_last and compile run under every strategy, and a
 checkpoint written on CUDA gives the same accuracy on the CPU, and per-phase timing with CUDA
 events adds up to the epoch under every strategy. Skipped without CUDA;
-``python -m multigpu.acceptance`` runs them where there is one."""
+``python -m multigpu.tools.acceptance`` runs them where there is one."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import pytest
 import torch
 from conftest import compose_config, run_script
 
-from multigpu.checkpoint import load_checkpoint, network_state
-from multigpu.training import train
+from multigpu.run.training import train
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(
         not torch.cuda.is_available(),
-        reason="needs a CUDA GPU: python -m multigpu.acceptance runs these on one",
+        reason="needs a CUDA GPU: python -m multigpu.tools.acceptance runs these on one",
     ),
 ]
 

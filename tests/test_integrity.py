@@ -18,13 +18,13 @@ from conftest import REPO, TINY, compose_config, run_script
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from multigpu.computation import computation, describe, differences, flatten
-from multigpu.errors import OccupiedFolder, UserError
-from multigpu.job_names import MAX_NAME, job_folder_name
-from multigpu.outcome import COMPLETED, Outcome
-from multigpu.ownership import acquire, is_free, release
-from multigpu.record import RunRecord, summarize
-from multigpu.resume import check_same_run, latest_of
+from multigpu.config.computation import computation, describe, differences, flatten
+from multigpu.config.errors import OccupiedFolder, UserError
+from multigpu.run.job_names import MAX_NAME, job_folder_name
+from multigpu.run.outcome import COMPLETED, Outcome
+from multigpu.run.resume import check_same_run, latest_of
+from multigpu.storage.ownership import acquire, is_free, release
+from multigpu.storage.record import RunRecord, summarize
 
 EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 MANY = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
@@ -109,6 +109,18 @@ def test_a_scheduler_added_is_a_difference_though_its_keys_are_new():
     saved = flatten({"model": {"scheduler": None, "net": {"width": 4}}})
     current = flatten({"model": {"scheduler": {"T_max": 5}, "net": {"width": 4}}})
     assert list(differences(saved, current)) == ["model.scheduler"]
+
+
+def test_settings_saved_before_the_model_module_moved_still_match():
+    """Records and checkpoints of earlier versions name the model by its former module,
+    ``multigpu.module``: the same class, so they resume and compare as the same run."""
+    current = settings_of()
+    assert current["model._target_"] == "multigpu.models.ImageClassifier"
+    saved = {**current, "model._target_": "multigpu.module.ImageClassifier"}
+    assert differences(saved, current) == {} and differences(current, saved) == {}
+    assert check_same_run(Path("x.ckpt"), saved, current, []) == {}
+    other = {**current, "model._target_": "elsewhere.ImageClassifier"}
+    assert list(differences(other, current)) == ["model._target_"]
 
 
 # Resume checks ----------------------------------------------------------------------------------
@@ -198,9 +210,9 @@ records = st.one_of(
 def test_a_folder_is_taken_over_only_by_the_same_run_and_a_refusal_touches_nothing(
     tmp_path_factory, record, with_checkpoint
 ):
-    from multigpu.admission import admit
-    from multigpu.cli import hydra_runtime
-    from multigpu.settings import Machine
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
 
     folder = tmp_path_factory.mktemp("run")
     cfg = compose_config([*SYNTHETIC, "trainer.max_epochs=3"], folder)
@@ -264,9 +276,9 @@ def test_a_record_moves_forward_only_and_only_by_its_own_run(tmp_path_factory, o
 
 
 def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
-    from multigpu.admission import admit
-    from multigpu.cli import hydra_runtime
-    from multigpu.settings import Machine
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
 
     cfg = compose_config(SYNTHETIC, tmp_path)
     (tmp_path / ".hydra").mkdir()  # what Hydra writes first is no run's
@@ -283,7 +295,8 @@ def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
 
 # Folder ownership -------------------------------------------------------------------------------
 HOLD = (
-    "import sys, time; from multigpu.ownership import acquire; acquire(sys.argv[1]); time.sleep(60)"
+    "import sys, time; from multigpu.storage.ownership import acquire; acquire(sys.argv[1]); "
+    "time.sleep(60)"
 )
 
 

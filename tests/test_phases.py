@@ -11,8 +11,8 @@ import torch
 from conftest import TINY, run_script, tensorboard_scalars
 
 from multigpu.callbacks.phase_timer import OVERLAP, WAIT, PhaseStats, split_allreduce
-from multigpu.phases import DATA, OTHER, PhaseClock, StepTimes, union_length
-from multigpu.report import write_report
+from multigpu.callbacks.phases import DATA, OTHER, PhaseClock, StepTimes, union_length
+from multigpu.tools.report import write_report
 
 
 def ticking_clock() -> PhaseClock:

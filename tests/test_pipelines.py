@@ -6,10 +6,10 @@ import pytest
 import torch
 from conftest import TINY, compose_config, run_script
 
-from multigpu.checkpoint import load_checkpoint, network_state
 from multigpu.data import FashionMNISTDataModule
 from multigpu.data.augment import augment, random_crop, random_flip
-from multigpu.training import train
+from multigpu.run.training import train
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 
 def epoch_batches(loader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -20,6 +20,7 @@ def epoch_batches(loader, epoch: int) -> list[tuple[torch.Tensor, torch.Tensor]]
 
 def test_memory_pipeline_gives_the_torchvision_batches(data_root):
     kwargs = dict(root=str(data_root), download=False, batch_size=100, train_subset=1000, seed=3)
+    kwargs["num_workers"] = 0
     reference = FashionMNISTDataModule(**kwargs)
     memory = FashionMNISTDataModule(**kwargs, pipeline="memory")
     for dm in (reference, memory):

@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import TINY, refusal_of, run_module, run_script
 
-from multigpu.predict.cost_model import (
+from multigpu.tools.predict.cost_model import (
     Cluster,
     Link,
     Workload,
@@ -19,7 +19,7 @@ from multigpu.predict.cost_model import (
     speedup,
     step_s,
 )
-from multigpu.predict.measure import SIZES, fit_link
+from multigpu.tools.predict.measure import SIZES, fit_link
 
 LINK = Link("test", alpha_s=1e-5, beta=1e9)
 WORK = Workload(
@@ -114,13 +114,13 @@ def test_link_fit_recovers_latency_and_bandwidth():
 
 @pytest.mark.subprocess
 def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):
-    result = run_module("multigpu.predict", "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
+    result = run_module("multigpu.tools.predict", "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "predicted speedup over one GPU: d2l ResNet-18" in result.stdout
     assert "10x larger" in result.stdout and "assumptions:" in result.stdout
     assert "8 x 4 nodes" in result.stdout
     assert (tmp_path / "p.png").stat().st_size > 20_000
-    bad = run_module("multigpu.predict", "--check", str(tmp_path / "nowhere"), cwd=tmp_path)
+    bad = run_module("multigpu.tools.predict", "--check", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
 
 
@@ -132,7 +132,7 @@ def test_check_against_a_real_sweep_of_this_machine(tmp_path):
     args += [f"hydra.sweep.dir={sweep}"]
     result = run_script("train.py", *args, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    checked = run_module("multigpu.predict", "--check", str(sweep), cwd=tmp_path)
+    checked = run_module("multigpu.tools.predict", "--check", str(sweep), cwd=tmp_path)
     assert checked.returncode == 0, checked.stderr
     (line,) = [ln for ln in checked.stdout.splitlines() if ln.startswith("devices_2")]
     measured, predicted = (float(v) for v in line.split()[1:3])
@@ -157,7 +157,7 @@ def test_check_against_a_real_sweep_of_this_machine(tmp_path):
     ],
 )
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
-    from multigpu.predict.__main__ import parse_args
+    from multigpu.tools.predict.__main__ import parse_args
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a-file").write_text("")
@@ -165,7 +165,7 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
 
 
 def test_every_option_says_its_default(capsys):
-    from multigpu.predict.__main__ import parse_args
+    from multigpu.tools.predict.__main__ import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--help"])
@@ -177,7 +177,7 @@ def test_every_option_says_its_default(capsys):
 
 @pytest.mark.subprocess
 def test_a_bad_argument_is_one_line_and_exit_2(tmp_path):
-    result = run_module("multigpu.predict", "--batch-per-device", "0", cwd=tmp_path)
+    result = run_module("multigpu.tools.predict", "--batch-per-device", "0", cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert result.stderr.splitlines() == [
         "error: argument --batch-per-device: 0 is not an integer from 1 to 1048576"

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from conftest import TINY, compose_config
 
-from multigpu.module import ImageClassifier
-from multigpu.training import train
+from multigpu.models.classifier import ImageClassifier
+from multigpu.run.training import train
 
 NET = {"_target_": "multigpu.models.resnet18", "width": 4, "init_std": None}
 SGD = {"_target_": "torch.optim.SGD", "_partial_": True, "lr": 0.1}
@@ -74,3 +74,26 @@ def test_a_per_step_cosine_decays_every_step_over_t_max_epochs_and_resumes_on_it
     last = tmp_path / "part" / "run" / "checkpoints" / "last.ckpt"
     rest = cosine_steps(tmp_path / "rest", 3, [f"ckpt_path={last}"])
     assert rest == pytest.approx(expected[4:], rel=1e-9)
+
+
+def test_weight_decay_on_weights_leaves_norms_and_biases_undecayed(monkeypatch):
+    """One plain SGD step (lr 0.1, weight decay 0.5): convolution and linear weights move by
+    lr x (grad + 0.5 w), BatchNorm scales and shifts and biases by lr x grad alone."""
+    sgd = {**SGD, "weight_decay": 0.5}
+    module = ImageClassifier(net=NET, optimizer=sgd, weight_decay_on="weights")
+    monkeypatch.setattr(module, "log", lambda *args, **kwargs: None)
+    optimizer = module.configure_optimizers()
+    before = {name: p.detach().clone() for name, p in module.net.named_parameters()}
+    module.training_step(batch(), 0).backward()
+    grads = {name: p.grad.clone() for name, p in module.net.named_parameters()}
+    optimizer.step()
+    decayed = set()
+    for name, p in module.net.named_parameters():
+        expected = before[name] - 0.1 * grads[name]
+        if p.ndim > 1:
+            expected -= 0.1 * 0.5 * before[name]
+            decayed.add(name.rsplit(".", 1)[-1])
+        assert torch.allclose(p.detach(), expected, atol=1e-6), name
+    assert decayed == {"weight"}  # and every bias, BatchNorm weight and shift undecayed
+    everything = ImageClassifier(net=NET, optimizer=sgd).configure_optimizers()
+    assert [g["weight_decay"] for g in everything.param_groups] == [0.5]

@@ -1,5 +1,5 @@
-"""The one reader of ``metrics.json`` and ``phases.json`` (``multigpu.record_file``), the sweep
-report that lists a bad file as a bad row and goes on, its speedup baseline, and strict JSON.
+"""The one reader of ``metrics.json`` and ``phases.json`` (``multigpu.storage.record_file``), the
+sweep report that lists a bad file as a bad row and goes on, its speedup baseline, and strict JSON.
 
 Named cases first, then generated ones: a real record mutated (a key deleted, a value of
 another type, bytes cut or flipped, a huge string) is either read or refused in one line, and
@@ -23,16 +23,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from multigpu.atomic import write_json
-from multigpu.record import RunRecord, summarize
-from multigpu.record_file import MAX_BYTES, MAX_STRING, BadRecord, read_phases, read_record
-from multigpu.report import load_jobs, summarize_jobs, write_report
-from multigpu.report.summary import CELL_CHARS, UNREADABLE, to_csv, to_markdown, to_text
+from multigpu.storage.atomic import write_json
+from multigpu.storage.record import RunRecord, summarize
+from multigpu.storage.record_file import MAX_BYTES, MAX_STRING, BadRecord, read_phases, read_record
+from multigpu.tools.report import load_jobs, summarize_jobs, write_report
+from multigpu.tools.report.summary import CELL_CHARS, UNREADABLE, to_csv, to_markdown, to_text
 
 
 # A real record and phases report -----------------------------------------------------------------
 def run_settings(devices: int = 1, batch_size: int = 32, lr: float = 0.1) -> dict[str, Any]:
-    """``run`` as ``multigpu.settings.Run.record`` writes it."""
+    """``run`` as ``multigpu.config.settings.Run.record`` writes it."""
     return {
         "strategy": "ddp" if devices > 1 else "single",
         "accelerator": "cpu",
@@ -391,7 +391,9 @@ def test_the_report_command_lists_a_bad_job_and_fails_without_a_traceback(tmp_pa
     write_job(tmp_path, "good", record())
     write_job(tmp_path, "bad", NAMED_BAD["truncated"])
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.report", str(tmp_path)], capture_output=True, text=True
+        [sys.executable, "-m", "multigpu.tools.report", str(tmp_path)],
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 1  # a job did not complete, as for a failed one
     assert "Traceback" not in result.stderr, result.stderr

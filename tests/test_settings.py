@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -16,10 +16,12 @@ from conftest import CONF, TINY, compose_config, resolve_on, run_script
 from hydra.utils import get_class as locate
 from omegaconf import OmegaConf
 
-from multigpu import names, schema
-from multigpu.errors import UserError
-from multigpu.fit import build_strategy
-from multigpu.settings import RANGES, check_split_weights, parse_devices
+from multigpu.config import names, schema
+from multigpu.config.errors import UserError
+from multigpu.config.mistakes import CORES, MISTAKES
+from multigpu.config.settings import RANGES, check_split_weights, parse_devices
+from multigpu.config.typos import find_typos
+from multigpu.run.fit import build_strategy
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ def test_a_launcher_that_started_other_processes_is_named(environ, overrides, me
 
 
 def test_every_process_of_a_cluster_run_names_its_folder_alike():
-    from multigpu.launch import run_name
+    from multigpu.run.launch import run_name
 
     slurm = {**SRUN_2, "SLURM_JOB_ID": "41", "SLURM_STEP_ID": "0"}
     assert run_name(slurm) == run_name({**slurm, "SLURM_PROCID": "1"}) == "slurm-41.0"
@@ -159,37 +161,6 @@ def test_batch_and_lr_follow_the_devices_and_nodes(tmp_path):
     assert run.lr == 0.1
     record = run.record()
     assert record["devices"] == 8 and record["device_ids"] == [0, 1, 2, 3]
-
-
-@pytest.mark.parametrize(
-    "overrides,message",
-    [
-        (["strategy=dp", "trainer.devices=2"], "DataParallel needs CUDA"),
-        (["strategy=single", "trainer.devices=2"], "strategy=single runs on one device"),
-        (["strategy=scatter_allreduce", "trainer.num_nodes=2"], "use strategy=ddp for several"),
-        (["trainer.num_nodes=0"], "trainer.num_nodes=0 must be a positive integer"),
-        (["strategy=ddp", "trainer.devices=3"], "this machine has 2 CPU cores"),
-        (["strategy=ddp", "trainer.devices=2", "data.batch_size=5"], "does not divide over 2"),
-        (["data.batch_size_per_device=0"], "data.batch_size_per_device=0 must be a positive"),
-        (["model.lr_scaling.rule=sqrt"], "model.lr_scaling.rule='sqrt' is not known"),
-        (["strategy=ddp", "strategy.start_method=fork"], "strategy.start_method='fork'"),
-        (["trainer.accelerator=tpu"], "trainer.accelerator='tpu' is not supported"),
-        (["model.net.init_std=0"], "model.net.init_std=0 must be positive, or null"),
-        (["model.net.num_classes=1"], "model.net.num_classes=1 must be 2 or more"),
-        (["model.optimizer.momentum=-0.5"], "model.optimizer.momentum=-0.5 must be 0 or more"),
-        (["data.train_subset=0"], "data.train_subset=0 must be a positive integer"),
-        (["+trainer.max_steps=-2"], "trainer.max_steps=-2 must be -1 (no limit) or more"),
-        (["strategy=ddp", "strategy.timeout_s=0"], "strategy.timeout_s=0 must be positive"),
-        (["check_finite_every_n_steps=0"], "check_finite_every_n_steps=0 must be 1 or more"),
-        (["trainer.precision=transformer-engine"], "is not supported on cpu: use one of"),
-        (["trainer.num_nodes=two"], "trainer.num_nodes='two' must be an integer, e.g."),
-        (["data.flip=sideways"], "data.flip='sideways' must be true or false, e.g. data.flip=true"),
-    ],
-)
-def test_bad_layouts_name_the_value_and_the_fix(overrides, message, tmp_path):
-    cfg = compose_config(["trainer.accelerator=cpu", *overrides], tmp_path)
-    with pytest.raises(UserError, match=re.escape(message)):
-        resolve_on(cfg)
 
 
 def test_precision_aliases_resolve_and_fp16_needs_cuda(tmp_path):
@@ -227,137 +198,20 @@ def test_dp_on_cpu_runs_one_device(tmp_path):
 
 # Every value checked before torch: one line naming the value and the fix ------------------------
 SRUN_2_NODES = {**SRUN_2, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
-NAMED_CASES = {
-    # Non-finite numbers, wherever a float is taken.
-    "lr_nan": (["model.optimizer.lr=nan"], "model.optimizer.lr=nan must be a finite number"),
-    "lr_inf": (["model.optimizer.lr=inf"], "model.optimizer.lr=inf must be a finite number"),
-    "momentum_nan": (["model.optimizer.momentum=nan"], "model.optimizer.momentum=nan must be"),
-    "weight_decay_inf": (["model.optimizer.weight_decay=-inf"], "weight_decay=-inf must be a"),
-    "init_std_nan": (["model.net.init_std=nan"], "model.net.init_std=nan must be a finite"),
-    "warmup_inf": (["model.lr_scaling.warmup_epochs=inf"], "warmup_epochs=inf must be a finite"),
-    "timeout_nan": (["strategy=ddp", "strategy.timeout_s=nan"], "strategy.timeout_s=nan must be"),
-    "split_weights_nan": (
-        ["strategy=scatter_allreduce", "trainer.devices=2", "strategy.split_weights=[nan,1]"],
-        "strategy.split_weights=[nan, 1] must hold finite numbers only",
-    ),
-    "clip_inf": (["+trainer.gradient_clip_val=inf"], "trainer.gradient_clip_val=inf must be a"),
-    "gamma_nan": (["+model/scheduler=step", "model.scheduler.gamma=nan"], "gamma=nan must be a"),
-    "eta_min_inf": (
-        ["+model/scheduler=cosine", "+model.scheduler.eta_min=inf"],
-        "model.scheduler.eta_min=inf must be a finite number",
-    ),
-    # Devices that are not a count or a list of ids.
-    "devices_float": (["trainer.devices=1.5"], "trainer.devices=1.5 must be a count or a list"),
-    "devices_null": (["trainer.devices=null"], "trainer.devices=null must be a count or a list"),
-    "devices_twice": (
-        ["strategy=scatter_allreduce", "trainer.devices=[0,0]"],
-        "trainer.devices=[0, 0] names device 0 twice",
-    ),
-    "devices_huge": (["trainer.devices=10000000000"], "is more devices than any machine has"),
-    # Several machines without anything to start the others' processes.
-    "nodes_without_launcher": (
-        ["strategy=ddp", "trainer.num_nodes=2"],
-        "trainer.num_nodes=2 needs a launcher that starts the other machines' processes: "
-        "torchrun --nnodes=2",
-    ),
-    # The scheduler.
-    "step_size_zero": (
-        ["+model/scheduler=step", "model.scheduler.step_size=0"],
-        "model.scheduler.step_size=0 must be 1 or more",
-    ),
-    "gamma_zero": (
-        ["+model/scheduler=step", "model.scheduler.gamma=0"],
-        "model.scheduler.gamma=0 must be positive",
-    ),
-    "cosine_without_end": (
-        ["+model/scheduler=cosine", "trainer.max_epochs=-1"],
-        "model.scheduler.T_max=-1 follows trainer.max_epochs=-1 (no limit)",
-    ),
-    "cosine_shorter_than_run": (
-        ["+model/scheduler=cosine", "trainer.max_epochs=4", "model.scheduler.T_max=2"],
-        "model.scheduler.T_max=2 is shorter than the run (trainer.max_epochs=4)",
-    ),
-    "cosine_floor_above_lr": (
-        ["+model/scheduler=cosine", "+model.scheduler.eta_min=0.5"],
-        "model.scheduler.eta_min=0.5 is above the learning rate 0.1",
-    ),
-    "unknown_scheduler": (
-        ["++model.scheduler={_target_:torch.optim.lr_scheduler.ExponentialLR,gamma:0.9}"],
-        "model.scheduler._target_='torch.optim.lr_scheduler.ExponentialLR' is not a scheduler "
-        "this project checks: use +model/scheduler=step or cosine",
-    ),
-    "scheduler_key": (
-        ["+model/scheduler=step", "+model.scheduler.T_max=3"],
-        "model.scheduler.T_max is not a setting of the scheduler: use one of step_size, gamma",
-    ),
-    # Values that contradict each other or the data.
-    "val_size_all": (["data.val_size=60000"], "data.val_size=60000 leaves no training images"),
-    "val_size_after_subset": (
-        ["data.train_subset=500", "data.val_size=500"],
-        "data.val_size=500 leaves no training images: data=fashion_mnist has 60000, 500 after "
-        "data.train_subset=500; use at most 499",
-    ),
-    "train_subset_too_large": (
-        ["data.train_subset=60001"],
-        "data.train_subset=60001 is more than the 60000 training images of data=fashion_mnist",
-    ),
-    "synthetic_subset_too_large": (
-        ["data=synthetic", "data.num_train=64", "data.train_subset=65"],
-        "data.train_subset=65 is more than the 64 training images of data=synthetic "
-        "(data.num_train=64)",
-    ),
-    "test_subset_zero": (["data.test_subset=0"], "data.test_subset=0 must be a positive integer"),
-    "test_subset_too_large": (["data.test_subset=10001"], "more than the 10000 test images"),
-    "max_epochs_zero": (["trainer.max_epochs=0"], "trainer.max_epochs=0 must be -1 (no limit)"),
-    "classes_not_the_datas": (
-        ["data=synthetic", "data.num_classes=3"],
-        "model.net.num_classes=10 but the data has 3 classes (data.num_classes=3): set "
-        "model.net.num_classes=3",
-    ),
-    "channels_not_the_images": (["model.net.in_channels=3"], "model.net.in_channels=3 but the"),
-    "warmup_longer_than_run": (
-        ["model.lr_scaling.warmup_epochs=2"],
-        "model.lr_scaling.warmup_epochs=2 is longer than the run (trainer.max_epochs=1)",
-    ),
-    "scaled_lr_overflows": (
-        ["model.lr_scaling.rule=linear", "model.lr_scaling.base_batch=1"]
-        + ["model.optimizer.lr=1e308"],
-        "(model.lr_scaling.rule=linear) is inf, not a learning rate",
-    ),
-    "nesterov_without_momentum": (
-        ["+model.optimizer.nesterov=true"],
-        "model.optimizer.nesterov=true needs model.optimizer.momentum > 0",
-    ),
-    # Keys the network (or another node) does not take.
-    "network_key": (
-        ["+model.net.foo=1"],
-        "model.net.foo is not a setting of the network: use one of num_classes, in_channels, "
-        "width, norm, init_std, zero_init_residual",
-    ),
-    "optimizer_key": (["+model.optimizer.betas=[0.9,0.99]"], "model.optimizer.betas is not a"),
-    "data_key": (["++data.num_train=5"], "data.num_train is not a setting of data=fashion_mnist"),
-    "strategy_key": (
-        ["strategy=single", "++strategy.timeout_s=5"],
-        "strategy.timeout_s is not a setting of strategy=single: it takes none",
-    ),
-    "compile_key": (["model.compile={fast:true}"], "model.compile.fast is not a setting of"),
-    # Types, strictly, and what cannot be resolved.
-    "quoted_number": (["model.net.width='8'"], "model.net.width='8' must be an integer"),
-    "number_for_a_path": (["data.root=2024"], "(quote a name that looks like a number: "),
-    "empty_path": (["data.root=''"], "data.root='' names no path"),
-    "interpolation": (["data.batch_size=${nosuch}"], "data.batch_size cannot be resolved"),
-    "huge_integer": (["data.num_workers=100000000000000000000"], "more than torch's 64-bit"),
-    "workers": (["data.num_workers=100000"], "data.num_workers=100000 must be between 0 and 256"),
-}
 
 
-@pytest.mark.parametrize("case", sorted(NAMED_CASES))
-def test_every_value_is_checked_before_torch(case, tmp_path):
-    overrides, text = NAMED_CASES[case]
-    cfg = compose_config([*TINY, *overrides], tmp_path)
-    with pytest.raises(UserError) as err:
-        resolve_on(cfg)
-    message = str(err.value)
+@pytest.mark.parametrize("case", sorted(MISTAKES))
+def test_every_mistake_is_answered_in_one_line_before_torch(case, tmp_path):
+    """The one list of config mistakes, each through what ``train.py`` runs before torch: the
+    command line's names (``typos``), then the values (``resolve_run``)."""
+    overrides, text = MISTAKES[case]
+    typos = find_typos([*TINY, *overrides], "config", CONF)
+    if typos:
+        message = "; ".join(typo.message for typo in typos)
+    else:
+        with pytest.raises(UserError) as err:
+            resolve_on(compose_config([*TINY, *overrides], tmp_path), cpu_cores=CORES)
+        message = str(err.value)
     assert text in message and "\n" not in message
 
 
@@ -426,7 +280,7 @@ def test_optimizer_scheduler_and_compile_keys_are_torchs():
 
 def test_data_strategy_and_model_keys_are_their_constructors():
     from multigpu.data import ImageDataModule
-    from multigpu.module import ImageClassifier
+    from multigpu.models.classifier import ImageClassifier
 
     assert list(names.DATA_KEYS) == parameters(ImageDataModule)
     for target, keys in names.DATA_MODULE_KEYS.items():
@@ -439,6 +293,48 @@ def test_data_strategy_and_model_keys_are_their_constructors():
     for option in ("fashion_mnist", "synthetic"):
         data = OmegaConf.load(CONF / "data" / f"{option}.yaml")
         assert data._target_ in names.DATA_MODULE_KEYS
+
+
+def schema_defaults(schema_class) -> dict:
+    return {
+        f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+        for f in fields(schema_class)
+        if f.default is not MISSING or f.default_factory is not MISSING
+    }
+
+
+def test_schema_yaml_and_constructor_defaults_agree():
+    """One default per key: wherever a constructor's signature or a shipped YAML sets a key the
+    schema declares, they agree with the schema (interpolations such as ``${seed}`` aside)."""
+    from multigpu.data import FashionMNISTDataModule, ImageDataModule, SyntheticDataModule
+    from multigpu.models import resnet18
+    from multigpu.models.classifier import ImageClassifier
+
+    nodes = [
+        ("data", [ImageDataModule, FashionMNISTDataModule, SyntheticDataModule], "data", None),
+        ("model", [ImageClassifier], "model", None),
+        ("model.net", [resnet18], "model", "net"),
+        ("model.optimizer", [], "model", "optimizer"),
+        ("trainer", [], "trainer", None),
+    ]
+    # Each group's default option (another option, such as data=synthetic, sets its own values).
+    default_option = {"data": "fashion_mnist", "model": "resnet18", "trainer": "default"}
+    checked = 0
+    for path, constructors, group, inner in nodes:
+        defaults = schema_defaults(schema.SCHEMAS[path])
+        for constructor in constructors:
+            for name, p in inspect.signature(constructor).parameters.items():
+                if name in defaults and p.default is not inspect.Parameter.empty:
+                    assert p.default == defaults[name], f"{constructor.__name__}({name}=...)"
+                    checked += 1
+        node = OmegaConf.load(CONF / group / f"{default_option[group]}.yaml")
+        node = node[inner] if inner else node
+        for key in node:
+            if key in defaults and not OmegaConf.is_interpolation(node, key):
+                value = OmegaConf.to_container(node)[key]
+                assert value == defaults[key], f"{group}/{default_option[group]}.yaml: {key}"
+                checked += 1
+    assert checked > 30
 
 
 def test_every_number_of_the_schema_has_a_range():
@@ -474,7 +370,7 @@ def test_train_py_answers_in_one_line_before_torch(overrides, text, tmp_path):
 
 
 def test_the_default_strategy_is_single_on_one_device_and_ddp_on_several():
-    from multigpu.settings import slurm_tasks_per_node
+    from multigpu.config.settings import slurm_tasks_per_node
 
     def resolved(*overrides: str, **machine):
         return resolve_on(compose_config(list(overrides), Path("/tmp/x")), **machine)

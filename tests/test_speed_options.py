@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import TINY, compose_config
 
-from multigpu.checkpoint import load_checkpoint, network_state
-from multigpu.module import ImageClassifier
-from multigpu.training import train
+from multigpu.models.classifier import ImageClassifier
+from multigpu.run.training import train
+from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 BATCH_SIZES: list[int] = []  # of every call into code the recording backend compiled
 

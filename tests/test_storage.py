@@ -16,7 +16,7 @@ import pytest
 from conftest import TINY, run_script
 from test_faults import PROBES_ENV, RUN
 
-from multigpu.checkpoint import load_checkpoint
+from multigpu.storage.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.subprocess
 

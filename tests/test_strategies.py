@@ -14,8 +14,8 @@ import pytorch_lightning as pl
 import torch
 from conftest import compose_config, run_script
 
-from multigpu.fit import build_module
-from multigpu.training import resolve, train
+from multigpu.run.fit import build_module
+from multigpu.run.training import resolve, train
 
 BATCH, SAMPLES = 32, 80  # steps of 32, 32, 16: K = 3 per epoch, the last one uneven
 EXACT = [

@@ -1,4 +1,5 @@
-"""The shape of the code: no import cycles, and every method that overrides a library's says so."""
+"""The shape of the code: its layers at the top, no import cycles, and every method that
+overrides a library's says so."""
 
 from __future__ import annotations
 
@@ -11,6 +12,19 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+# The package's top: one folder per layer, and nothing else but its __init__.py.
+LAYERS = ("callbacks", "config", "data", "models", "run", "storage", "strategies", "tools")
+
+
+def test_the_package_top_shows_its_layers_each_saying_what_it_is():
+    top = SRC / "multigpu"
+    entries = sorted(p.name for p in top.iterdir() if p.name != "__pycache__")
+    assert entries == ["__init__.py", *LAYERS]
+    assert len(entries) <= 9
+    for init in sorted(top.rglob("__init__.py")):
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} has no docstring"
 
 
 def package_modules() -> dict[str, Path]:
@@ -48,7 +62,7 @@ def test_no_module_imports_one_that_imports_it_back():
                 elif dep not in trail:
                     stack.append((dep, [*trail, dep]))
     assert not cycles
-    assert graph["multigpu.training"]  # the graph is really read
+    assert graph["multigpu.run.training"]  # the graph is really read
 
 
 def library_overrides(cls: type) -> list[str]:

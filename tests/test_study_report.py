@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 
-from multigpu.record import summarize
-from multigpu.report.study import study_rows
+from multigpu.storage.record import summarize
+from multigpu.tools.report.study import study_rows
 
 
 def write_job(folder, seed: int, accs: list[float], devices: int = 1, status="completed"):
@@ -42,7 +42,7 @@ def test_the_command_prints_the_table_and_writes_the_curves(tmp_path):
     for seed in (1, 2):
         write_job(tmp_path / "study" / "row" / f"seed={seed}", seed, [0.5, 0.6 + seed / 100])
     plot = tmp_path / "curves.png"
-    command = [sys.executable, "-m", "multigpu.report.study", str(tmp_path / "study")]
+    command = [sys.executable, "-m", "multigpu.tools.report.study", str(tmp_path / "study")]
     result = subprocess.run([*command, "--plot", str(plot)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "| `row` | ddp | 1 | 256 | 0.1 | none | 2 | 0.6150 ± 0.0071 |" in result.stdout

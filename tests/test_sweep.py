@@ -17,7 +17,7 @@ import pytest
 from conftest import CONF, REPO, TINY, compose_config, resolve_on, run_script
 from hydra import compose, initialize_config_dir
 
-from multigpu.cli import register_resolvers
+from multigpu.run.cli import register_resolvers
 
 pytestmark = pytest.mark.subprocess
 
@@ -113,7 +113,7 @@ def test_report_command_rewrites_a_copied_sweep(sweep, tmp_path):
     for name in ("summary.csv", "summary.md", "test_acc.png", "scaling.png"):
         (copy / name).unlink()
     result = subprocess.run(
-        [sys.executable, "-m", "multigpu.report", str(copy)],
+        [sys.executable, "-m", "multigpu.tools.report", str(copy)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
@@ -124,7 +124,7 @@ def test_report_command_rewrites_a_copied_sweep(sweep, tmp_path):
     assert "matplotlib" in imported and "torch" not in imported  # JSON in, pictures out
     assert_png(copy / "scaling.png")
     missing = subprocess.run(
-        [sys.executable, "-m", "multigpu.report", str(tmp_path / "nope")],
+        [sys.executable, "-m", "multigpu.tools.report", str(tmp_path / "nope")],
         capture_output=True,
         text=True,
     )

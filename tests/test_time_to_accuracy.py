@@ -19,17 +19,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from multigpu.atomic import write_json
-from multigpu.record import TIME_TO_TARGETS, summarize, time_to
-from multigpu.record_file import BadRecord, read_record
-from multigpu.report import load_jobs, summarize_jobs, write_report
-from multigpu.report.study import mlperf_time, study_rows, to_markdown
-from multigpu.schema import Top
+from multigpu.config.schema import Top
+from multigpu.storage.atomic import write_json
+from multigpu.storage.record import TIME_TO_TARGETS, summarize, time_to
+from multigpu.storage.record_file import BadRecord, read_record
+from multigpu.tools.report import load_jobs, summarize_jobs, write_report
+from multigpu.tools.report.study import mlperf_time, study_rows, to_markdown
 
 SYNTHETIC = [*TINY, "data=synthetic", "data.num_train=64", "data.batch_size=32"]
 
 
-# A second computation, written independently of multigpu.record.time_to ---------------------------
+# A second computation, written independently of multigpu.storage.record.time_to --------------
 def expected_time(history: list[dict], target: float) -> dict | None:
     """The first epoch (by index) whose test accuracy is at least ``target``: its epoch, the
     sum of the training times up to it, its wall time."""
@@ -258,7 +258,7 @@ def test_a_run_records_wall_time_and_its_time_to_accuracy(tmp_path):
     clock, and TensorBoard's test/acc points are as far apart in time as the history's."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from multigpu.training import train
+    from multigpu.run.training import train
 
     targets = ["time_to_targets=[0.001,0.99]"]
     first = tmp_path / "first"
@@ -300,7 +300,7 @@ def test_a_run_records_wall_time_and_its_time_to_accuracy(tmp_path):
 def test_targets_are_accuracies_between_0_and_1(targets):
     from conftest import compose_config, resolve_on
 
-    from multigpu.errors import UserError
+    from multigpu.config.errors import UserError
 
     with pytest.raises(UserError, match=r"time_to_targets=.* must hold accuracies above 0"):
         resolve_on(compose_config([f"time_to_targets={targets}"], Path("/tmp/x")))

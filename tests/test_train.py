@@ -9,10 +9,10 @@ import torch
 from conftest import CONF, TINY, compose_config, run_script, tensorboard_scalars
 from hydra import compose, initialize_config_dir
 
-from multigpu.checkpoint import load_network
-from multigpu.errors import UserError
-from multigpu.evaluation import evaluate
-from multigpu.training import train
+from multigpu.config.errors import UserError
+from multigpu.run.evaluation import evaluate
+from multigpu.run.training import train
+from multigpu.storage.checkpoint import load_network
 
 
 def test_train_function_with_fast_dev_run(tmp_path):

@@ -1,5 +1,5 @@
 """A misspelt key or option is answered in one line with the closest valid names, before torch
-is imported (``multigpu.typos``): the named cases of the task, then generated ones (every key
+is imported (``multigpu.config.typos``): the named cases of the task, then generated ones (every key
 of a composed config, misspelt by one character, is found and its original suggested; every
 key set to its own value passes), the YAML's keys against Hydra's composition, and a few real
 ``train.py`` runs."""
@@ -19,7 +19,13 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from multigpu.typos import TRAINER_ARGUMENTS, ConfTree, dotted_keys, find_typos, parse_overrides
+from multigpu.config.typos import (
+    TRAINER_ARGUMENTS,
+    ConfTree,
+    dotted_keys,
+    find_typos,
+    parse_overrides,
+)
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
@@ -61,7 +67,7 @@ NAMED = {
         "config",
         ["experiment=quickstrat"],
         "experiment=quickstrat is not an option of experiment: did you mean quickstart? "
-        "(options: d2l, d2l_scaling, fast, quickstart, study_one_device",
+        "(options: d2l, d2l_scaling, fast, quickstart, speedrun, speedrun_gpu, study_one_device",
         ["quickstart"],
     ),
     "option_model": (

@@ -17,15 +17,15 @@ from conftest import REPO, SHARED_DATA, TINY, run_script
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from multigpu.acceptance import parse_args as acceptance_args
-from multigpu.bench.report import NOT_MEASURED, SMOKE_TEST_LINE, compute_ratios, to_markdown
 from multigpu.callbacks.progress import ProgressBar, epoch_description
-from multigpu.job_names import job_folder_name, short_names, swept_keys
-from multigpu.quiet import quiet
-from multigpu.record import SCHEMA, speed, summarize, upgrade
-from multigpu.report.plots import accuracy_figure, scaling_figure
-from multigpu.run_summary import closing_lines
-from multigpu.tensorboard_logger import EpochTensorBoardLogger, tensorboard_value
+from multigpu.callbacks.tensorboard_logger import EpochTensorBoardLogger, tensorboard_value
+from multigpu.run.job_names import job_folder_name, short_names, swept_keys
+from multigpu.run.quiet import quiet
+from multigpu.run.run_summary import closing_lines
+from multigpu.storage.record import SCHEMA, speed, summarize, upgrade
+from multigpu.tools.acceptance import parse_args as acceptance_args
+from multigpu.tools.bench.report import NOT_MEASURED, SMOKE_TEST_LINE, compute_ratios, to_markdown
+from multigpu.tools.report.plots import accuracy_figure, scaling_figure
 
 
 def test_swept_keys_come_from_the_command_line_and_the_sweeper():
@@ -354,7 +354,7 @@ def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
 
 
 def bench_report(tiny: bool) -> dict:
-    """A bench report of three configurations, as ``python -m multigpu.bench`` makes it."""
+    """A bench report of three configurations, as ``python -m multigpu.tools.bench`` makes it."""
     rows = [
         {"name": "plain_loop", "width": 2, "images_per_s": 300.0},
         {"name": "lightning_memory", "width": 2, "images_per_s": 100.0},

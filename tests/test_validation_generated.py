@@ -1,8 +1,8 @@
 """Generated configs against the validator's contract: overrides drawn from the schema's keys
-(``multigpu.schema.SCHEMAS`` and the schedulers'), with values of their types, their edges and
-wrong types, composed by Hydra and resolved in-process. ``resolve_run`` either returns a ``Run``
-that can be trained, or raises ``UserError`` whose message is one line naming a drawn key; never
-any other exception. A value Hydra itself cannot parse is skipped."""
+(``multigpu.config.schema.SCHEMAS`` and the schedulers'), with values of their types, their edges
+and wrong types, composed by Hydra and resolved in-process. ``resolve_run`` either returns a ``Run``
+that can be trained, or raises ``UserError`` whose message is one line naming a drawn key; never any
+other exception. A value Hydra itself cannot parse is skipped."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from conftest import CONF, TINY, compose_config, resolve_on
 from hypothesis import HealthCheck, assume, event, given, settings
 from omegaconf import OmegaConf
 
-from multigpu.errors import UserError
-from multigpu.names import CPU_PRECISIONS, DATA_SIZES, SYNTHETIC
-from multigpu.schema import SCHEDULERS, SCHEMAS, config_tree
-from multigpu.settings import MAX_SEED, MAX_WIDTH, SYNTHETIC_SIZES, Run
+from multigpu.config.errors import UserError
+from multigpu.config.names import CPU_PRECISIONS, DATA_SIZES, SYNTHETIC
+from multigpu.config.schema import SCHEDULERS, SCHEMAS, config_tree
+from multigpu.config.settings import MAX_SEED, MAX_WIDTH, SYNTHETIC_SIZES, Run
 
 OUTPUT_DIR = "never-created"  # resolving writes nothing
 OPTIONS = {

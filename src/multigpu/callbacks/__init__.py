@@ -1,11 +1,36 @@
-from multigpu.callbacks.divergence import DivergenceGuard
-from multigpu.callbacks.epoch_history import EpochHistory
-from multigpu.callbacks.epoch_timer import EpochTimer
-from multigpu.callbacks.hparams import HParamsSummary
-from multigpu.callbacks.last_checkpoint import LastCheckpoint
-from multigpu.callbacks.phase_timer import PhaseTimer
-from multigpu.callbacks.progress import ProgressBar
-from multigpu.callbacks.test_figures import TestSetFigures
+"""Lightning callbacks and what they measure with: checkpoints, the epoch history, timers and
+step phases, the divergence stop, the progress bar, TensorBoard's logger, HParams and figures.
+
+The callbacks are imported on first use (``multigpu.callbacks.LastCheckpoint``), not with the
+package: ``phases`` is torch-free, and the sweep report (JSON in, pictures out) imports it
+without loading torch or Lightning."""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from multigpu.callbacks.divergence import DivergenceGuard
+    from multigpu.callbacks.epoch_history import EpochHistory
+    from multigpu.callbacks.epoch_timer import EpochTimer
+    from multigpu.callbacks.hparams import HParamsSummary
+    from multigpu.callbacks.last_checkpoint import LastCheckpoint
+    from multigpu.callbacks.phase_timer import PhaseTimer
+    from multigpu.callbacks.progress import ProgressBar
+    from multigpu.callbacks.test_figures import TestSetFigures
+
+# Each callback, and the module that defines it.
+MODULES = {
+    "DivergenceGuard": "divergence",
+    "EpochHistory": "epoch_history",
+    "EpochTimer": "epoch_timer",
+    "HParamsSummary": "hparams",
+    "LastCheckpoint": "last_checkpoint",
+    "PhaseTimer": "phase_timer",
+    "ProgressBar": "progress",
+    "TestSetFigures": "test_figures",
+}
 
 __all__ = [
     "DivergenceGuard",
@@ -17,3 +42,9 @@ __all__ = [
     "ProgressBar",
     "TestSetFigures",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in MODULES:
+        return getattr(import_module(f"{__name__}.{MODULES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,7 @@ from pytorch_lightning import Callback, LightningModule, Trainer
 from torch import Tensor
 from typing_extensions import override
 
-from multigpu.errors import Diverged
+from multigpu.config.errors import Diverged
 
 
 class DivergenceGuard(Callback):

@@ -1,6 +1,6 @@
 """Each finished epoch's logged metrics, appended to the run's record (``metrics.json``); the
 record's history and settings travel in every checkpoint, so that a resume starts from the
-history and is checked against the settings (``multigpu.resume``).
+history and is checked against the settings (``multigpu.run.resume``).
 
 Each entry also gets ``wall_s``: the wall time from the run's start (``RunRecord.started``) to
 the end of that epoch's evaluation, on the monotonic clock (docs/records.md, "Time to
@@ -18,8 +18,8 @@ from typing import Any
 from pytorch_lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from multigpu.ckpt_path import SETTINGS
-from multigpu.record import RunRecord
+from multigpu.storage.ckpt_path import SETTINGS
+from multigpu.storage.record import RunRecord
 
 EPOCH_KEYS = {
     "train_loss": "train/loss",

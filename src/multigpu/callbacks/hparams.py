@@ -3,7 +3,7 @@ metric columns read from the run's own curves.
 
 Columns: how the run ran, which changes its speed (strategy, accelerator, devices, nodes,
 epochs, data pipeline and workers, channels_last, compile), and what it computes (the record's
-``settings``, ``multigpu.computation``), each under its short name (``column_name``: ``lr``,
+``settings``, ``multigpu.config.computation``), each under its short name (``column_name``: ``lr``,
 ``momentum``, ``scheduler``, ``train_subset``). TensorBoard marks the columns whose values differ
 between the runs it shows and ticks the first five of those.
 
@@ -28,9 +28,14 @@ from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.loggers import TensorBoardLogger
 from typing_extensions import override
 
-from multigpu.errors import Diverged
-from multigpu.record import RunRecord
-from multigpu.tensorboard_logger import FAILURE, SUCCESS, EpochTensorBoardLogger, shown_value
+from multigpu.callbacks.tensorboard_logger import (
+    FAILURE,
+    SUCCESS,
+    EpochTensorBoardLogger,
+    shown_value,
+)
+from multigpu.config.errors import Diverged
+from multigpu.storage.record import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +60,7 @@ def tensorboard_loggers(trainer: Trainer) -> list[TensorBoardLogger]:
 def known_keys() -> dict[str, frozenset[str]]:
     """Each last part (``lr``) of the keys the config's schema knows, with the keys that end
     in it (``seed``: ``seed`` and ``data.seed``)."""
-    from multigpu.computation import schema_defaults
+    from multigpu.config.computation import schema_defaults
 
     owners: dict[str, set[str]] = defaultdict(set)
     for key in schema_defaults():

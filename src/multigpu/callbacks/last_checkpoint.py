@@ -5,7 +5,7 @@ on if ``last.ckpt`` is ever damaged.
 Lightning's ``ModelCheckpoint`` writes ``last.ckpt`` only alongside a top-k checkpoint; this
 writes it alone, once per epoch, after validation and after every other callback (Lightning
 runs ``Checkpoint`` callbacks last), so a divergence check can still stop a bad epoch from
-being saved. The file is written atomically (see ``multigpu.checkpoint_io``).
+being saved. The file is written atomically (see ``multigpu.storage.checkpoint_io``).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pytorch_lightning import LightningModule, Trainer
 from pytorch_lightning.callbacks import Checkpoint
 from typing_extensions import override
 
-from multigpu.atomic import link_atomically
-from multigpu.ckpt_path import LAST, PREVIOUS
+from multigpu.storage.atomic import link_atomically
+from multigpu.storage.ckpt_path import LAST, PREVIOUS
 
 
 class LastCheckpoint(Checkpoint):

@@ -8,9 +8,9 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from typing_extensions import override
 
+from multigpu.config.errors import UserError
 from multigpu.data.augment import augment
 from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
-from multigpu.errors import UserError
 
 
 class EpochSampler(DistributedSampler):
@@ -64,8 +64,8 @@ class ImageDataModule(LightningDataModule):
     def __init__(
         self,
         batch_size: int = 256,
-        num_workers: int = 0,
-        seed: int = 0,
+        num_workers: int = 2,
+        seed: int = 42,
         train_subset: int | None = None,
         test_subset: int | None = None,
         val_size: int = 0,

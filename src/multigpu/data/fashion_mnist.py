@@ -8,10 +8,10 @@ from torchvision import transforms
 from torchvision.datasets import FashionMNIST
 from typing_extensions import override
 
-from multigpu.atomic import check_writable
+from multigpu.config.errors import UserError, WriteFailed
 from multigpu.data.base import ImageDataModule
 from multigpu.data.idx import ALL_RAW_FILES, missing_files, prepare_raw_folder
-from multigpu.errors import UserError, WriteFailed
+from multigpu.storage.atomic import check_writable
 
 MEAN, STD = 0.2860, 0.3530
 SOURCE_URL = "https://github.com/zalandoresearch/fashion-mnist#get-the-data"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from multigpu.atomic import atomic_file, write_failed
-from multigpu.errors import UserError
+from multigpu.config.errors import UserError
+from multigpu.storage.atomic import atomic_file, write_failed
 
 IMAGES_MAGIC = 0x00000803  # unsigned bytes, 3 dimensions
 LABELS_MAGIC = 0x00000801  # unsigned bytes, 1 dimension

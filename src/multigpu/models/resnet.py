@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from multigpu.names import NORMS
+from multigpu.config.names import NORMS
 
 
 def _norm(kind: str, channels: int) -> nn.Module:

@@ -2,7 +2,7 @@
 
 Gloo on CPU, NCCL on CUDA. Each process loads its share of the global batch from its own shard
 of the data; gradients are averaged across processes during backward. Who starts the
-processes is resolved with the run's settings (``multigpu.settings.launcher``).
+processes is resolved with the run's settings (``multigpu.config.settings.launcher``).
 
 A dying process must not leave the others waiting: a peer that exits closes its connections,
 so the others fail at their next collective; one that hangs is given up on after
@@ -13,18 +13,21 @@ started them itself, it names the one that failed first (``peer_watch``).
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 from lightning_fabric.plugins.environments import TorchElasticEnvironment
-from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from pytorch_lightning.strategies import DDPStrategy
-from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
-from pytorch_lightning.trainer.connectors.signal_connector import _SIGNUM, _get_sigkill_signal
 from typing_extensions import override
 
+from multigpu.run.lightning_compat import (
+    SubprocessScriptLauncher,
+    get_sigkill_signal,
+    launch_children,
+)
 from multigpu.strategies.peer_watch import PeerWatch
 
 # How long rank 0, failing in a collective, waits to see which peer has exited: its sockets
@@ -32,7 +35,7 @@ from multigpu.strategies.peer_watch import PeerWatch
 PEER_EXIT_S = 3.0
 
 
-class WatchedScriptLauncher(_SubprocessScriptLauncher):
+class WatchedScriptLauncher(SubprocessScriptLauncher):
     """Lightning's launcher of one ``train.py`` per further device, with ``PeerWatch`` in place
     of its observer (which kills rank 0 while it records how the run ended)."""
 
@@ -44,18 +47,17 @@ class WatchedScriptLauncher(_SubprocessScriptLauncher):
 
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
-        """Lightning 2.6's ``launch``, starting our watch instead of its observer."""
-        self.cluster_environment.validate_settings(self.num_processes, self.num_nodes)
-        if not self.cluster_environment.creates_processes_externally:
-            self._call_children_scripts()
-            first = self.cluster_environment.node_rank() * self.num_processes + 1
-            self.watch = PeerWatch(self.procs, first, self.grace_s, self.give_up)
-            self.watch.start()
-        _set_num_threads_if_needed(num_processes=self.num_processes)
-        return function(*args, **kwargs)
+        """Lightning's ``launch``, starting our watch instead of its observer."""
+        return launch_children(self, lambda: function(*args, **kwargs), watch=self.start_watch)
+
+    def start_watch(self) -> None:
+        """Watch the processes just started (they follow this node's first rank)."""
+        first = self.cluster_environment.node_rank() * self.num_processes + 1
+        self.watch = PeerWatch(self.procs, first, self.grace_s, self.give_up)
+        self.watch.start()
 
     @override
-    def kill(self, signum: _SIGNUM) -> None:
+    def kill(self, signum: signal.Signals | int) -> None:
         """Stand the watch down (these exits are ours), then signal the started processes."""
         if self.watch is not None:
             self.watch.stopped.set()
@@ -78,7 +80,7 @@ class BoundedDDPStrategy(DDPStrategy):
         """Lightning's, with our launcher for ``popen``: rank 0 gets the collective timeout to
         end the run itself once a peer has failed."""
         super()._configure_launcher()
-        if isinstance(self._launcher, _SubprocessScriptLauncher):
+        if isinstance(self._launcher, SubprocessScriptLauncher):
             launcher = WatchedScriptLauncher(
                 self.cluster_environment, self.num_processes, self.num_nodes,
                 grace_s=self.timeout_s,
@@ -118,9 +120,9 @@ class BoundedDDPStrategy(DDPStrategy):
         what a collective raises after a peer has gone; then kill them all."""
         super().on_exception(exception)
         launcher = self.launcher
-        if not isinstance(launcher, _SubprocessScriptLauncher) or self.global_rank != 0:
+        if not isinstance(launcher, SubprocessScriptLauncher) or self.global_rank != 0:
             return
         watch = getattr(launcher, "watch", None)
         if watch is not None and isinstance(exception, RuntimeError):
             self.peer_failure = watch.failed_peer(wait_s=PEER_EXIT_S)
-        launcher.kill(_get_sigkill_signal())
+        launcher.kill(get_sigkill_signal())

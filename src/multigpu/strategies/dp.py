@@ -12,9 +12,33 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from multigpu import phases
-from multigpu.phases import phase
+from multigpu.callbacks.phases import phase
 from multigpu.strategies.in_process import InProcessStrategy
+
+
+class PhasedDataParallel(nn.DataParallel):
+    """``nn.DataParallel`` whose ``forward`` is torch's own; its four steps, the methods the
+    class is extended through, are each a phase of the step (``phases=true``)."""
+
+    @override
+    def scatter(self, inputs, kwargs, device_ids):
+        with phase("scatter"):
+            return super().scatter(inputs, kwargs, device_ids)
+
+    @override
+    def replicate(self, module, device_ids):
+        with phase("replicate"):
+            return super().replicate(module, device_ids)
+
+    @override
+    def parallel_apply(self, replicas, inputs, kwargs):
+        with phase("replicas"):
+            return super().parallel_apply(replicas, inputs, kwargs)
+
+    @override
+    def gather(self, outputs, output_device):
+        with phase("gather"):
+            return super().gather(outputs, output_device)
 
 
 class DataParallelStrategy(InProcessStrategy):
@@ -26,29 +50,12 @@ class DataParallelStrategy(InProcessStrategy):
     def _setup_model(self, model: nn.Module) -> nn.Module:
         """Wrap only the network; the strategy holds the wrapper, so no ``module.`` keys."""
         ids = [d.index for d in self.parallel_devices] if self.root_device.type == "cuda" else None
-        self.data_parallel = nn.DataParallel(model.net, device_ids=ids)
+        self.data_parallel = PhasedDataParallel(model.net, device_ids=ids)
         return model
 
     @override
     def run_network(self, images: Tensor) -> Tensor:
-        dp = self.data_parallel
-        if phases.active() is None or dp is None or len(dp.device_ids) < 2:
-            return dp(images)
-        return self.timed_forward(dp, images)
-
-    @staticmethod
-    def timed_forward(dp: nn.DataParallel, images: Tensor) -> Tensor:
-        """``DataParallel.forward``'s four calls, each a phase (``phases=true``, several
-        GPUs), in its order; its per-call check that the network is on the first device is
-        left out: the strategy put it there."""
-        with phase("scatter"):
-            inputs, kwargs = dp.scatter((images,), {}, dp.device_ids)
-        with phase("replicate"):
-            replicas = dp.replicate(dp.module, dp.device_ids[: len(inputs)])
-        with phase("replicas"):
-            outputs = dp.parallel_apply(replicas, inputs, kwargs)
-        with phase("gather"):
-            return dp.gather(outputs, dp.output_device)
+        return self.data_parallel(images)
 
     @override
     def teardown(self) -> None:

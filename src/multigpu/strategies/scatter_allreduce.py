@@ -28,7 +28,8 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from multigpu.phases import phase
+from multigpu.callbacks.phases import phase
+from multigpu.run.lightning_compat import strategy_backward
 from multigpu.strategies.comm import (
     FlatBuffer,
     FlatBuffers,
@@ -154,19 +155,14 @@ class ScatterAllreduceStrategy(InProcessStrategy):
     # Backward: sum replica gradients into the root --------------------------------------------
     @override
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args, **kwargs):
-        """The body of ``Strategy.backward`` in pytorch_lightning 2.6, with the gradient sum
-        added between the precision plugin's backward and its post-backward (which calls
-        ``on_after_backward``): no hook of Lightning's sits at that point."""
-        module = self.lightning_module
-        self.pre_backward(closure_loss)
-        closure_loss = self.precision_plugin.pre_backward(closure_loss, module)
+        """Lightning's backward with the replicas' gradients summed into the root before
+        ``on_after_backward`` sees them (``lightning_compat.strategy_backward``)."""
         self._bind_root_grads()
-        self.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
+        return strategy_backward(self, closure_loss, optimizer, self.timed_reduce, *args, **kwargs)
+
+    def timed_reduce(self) -> None:
         with phase("reduce"):
             self.reduce_gradients()
-        closure_loss = self.precision_plugin.post_backward(closure_loss, module)
-        self.post_backward(closure_loss)
-        return closure_loss
 
     def _bind_root_grads(self) -> None:
         """Point the root's gradients at its flat buffer, so backward accumulates into it.

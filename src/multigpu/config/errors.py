@@ -1,0 +1,76 @@
+"""The errors a run ends with on purpose, each with the status it records and the exit status
+the entry points return (see ``multigpu.run.outcome`` for every other exception)."""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A mistake in a config value, a path or a file that the user can fix.
+
+    The message names the offending value and the fix; entry points print it as one line
+    and exit non-zero instead of showing a traceback.
+    """
+
+    status = "failed"
+    exit_code = 2
+
+
+class OccupiedFolder(UserError):
+    """The run's folder holds the record of another job, which is left as it is."""
+
+
+class NothingToDo(UserError):
+    """The run asked for is already done (a finished run in its folder, a checkpoint that holds
+    every epoch): a notice, exit 0, and nothing written."""
+
+    status = "completed"
+    exit_code = 0
+
+
+class RunStopped(Exception):
+    """Training stopped early for a reason the run records (``metrics.json`` ``status``)."""
+
+    status = "failed"
+    exit_code = 1
+
+
+class Diverged(RunStopped):
+    """The loss became NaN or infinite; the last good checkpoint is kept."""
+
+    status = "diverged"
+    exit_code = 3
+
+
+class WriteFailed(RunStopped):
+    """A file could not be written (disk full, read-only, no permission); nothing half-written
+    is left, and the file it would have replaced is intact."""
+
+    def __init__(self, message: str, errno: int | None = None):
+        super().__init__(message)
+        self.errno = errno
+
+
+class PeerFailed(RunStopped):
+    """Another process of a DDP run failed first; this one stopped because it had gone (its
+    own error is printed in its output)."""
+
+
+class Interrupted(RunStopped):
+    """Ctrl-C or SIGTERM: the run stopped after its current step and can be resumed."""
+
+    status = "interrupted"
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code  # 128 + the signal's number, as shells report it
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """What else went wrong while handling ``error``, said on the same line (``__notes__``, as
+    Python 3.11's ``add_note`` keeps them)."""
+    error.__notes__ = [*getattr(error, "__notes__", []), note]
+
+
+def message(error: BaseException) -> str:
+    """The error's one line, with its notes."""
+    return "; ".join([str(error), *getattr(error, "__notes__", [])])

@@ -1,0 +1,66 @@
+"""The names the config accepts for its choices, in one place: the code that implements them
+and the checks that run before torch is imported both read them here."""
+
+NORMS = ("batch", "none")  # model.net.norm
+PIPELINES = ("torchvision", "memory")  # data.pipeline
+LR_RULES = ("none", "linear")  # model.lr_scaling.rule
+START_METHODS = ("auto", "popen", "spawn")  # strategy.start_method (ddp)
+# trainer.precision: what runs on the CPU, and what needs CUDA (fp16 autocast, fp16 weights).
+CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
+CUDA_PRECISIONS = (*CPU_PRECISIONS, "16-mixed", "16-true")
+PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+
+# The keyword arguments of what a config node builds (its ``_target_``), known without importing
+# torch, so that a key the target does not take is refused before anything loads; the tests
+# compare each list with ``inspect.signature`` of the real thing. Hydra's own keys (``_target_``,
+# ``_partial_``, ...) are always allowed.
+NETWORK = "multigpu.models.resnet18"
+NETWORK_KEYS = ("num_classes", "in_channels", "width", "norm", "init_std", "zero_init_residual")
+SGD = "torch.optim.SGD"
+# SGD's arguments that change what is trained; its implementation switches (foreach, fused,
+# differentiable) and maximize (it would climb the loss) are left out.
+SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+STEP_LR = "torch.optim.lr_scheduler.StepLR"
+COSINE = "torch.optim.lr_scheduler.CosineAnnealingLR"
+# Schedulers this project checks (``conf/model/scheduler``); last_epoch is Lightning's to set.
+SCHEDULER_KEYS = {STEP_LR: ("step_size", "gamma"), COSINE: ("T_max", "eta_min")}
+SCHEDULER_REQUIRED = {STEP_LR: ("step_size",), COSINE: ("T_max",)}  # no default in torch
+# The lengths a scheduler takes, in epochs; model.scheduler_interval=step turns them into steps.
+SCHEDULER_EPOCH_KEYS = {STEP_LR: ("step_size",), COSINE: ("T_max",)}
+SCHEDULER_INTERVALS = ("epoch", "step")  # model.scheduler_interval
+DECAYED = ("all", "weights")  # model.weight_decay_on
+# What the base data module takes, and what each data set adds; batch_size_per_device is read
+# by the settings (the data module gets the batch it computes).
+DATA_KEYS = (
+    *("batch_size", "num_workers", "seed", "train_subset", "test_subset", "val_size"),
+    *("pin_memory", "shuffle", "pipeline", "augment", "crop_padding", "flip"),
+)
+FASHION_MNIST = "multigpu.data.FashionMNISTDataModule"
+SYNTHETIC = "multigpu.data.SyntheticDataModule"
+DATA_MODULE_KEYS = {
+    FASHION_MNIST: (*DATA_KEYS, "root", "source", "download", "normalize"),
+    SYNTHETIC: (*DATA_KEYS, "num_train", "num_test", "num_classes"),
+}
+CONFIG_ONLY_DATA_KEYS = ("batch_size_per_device",)
+# Each data set's size, when it does not come from the config: (train, test, classes).
+DATA_SIZES = {FASHION_MNIST: (60_000, 10_000, 10)}
+IMAGE_CHANNELS = 1  # both data sets: 28x28 grey images
+# The model group's own keys (multigpu.models.ImageClassifier; lr_scaling is the settings').
+MODEL = "multigpu.models.ImageClassifier"
+MODEL_KEYS = (
+    *("net", "optimizer", "scheduler", "channels_last", "compile", "lr_scaling"),
+    *("label_smoothing", "tta_flip", "scheduler_interval", "weight_decay_on"),
+)
+COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")  # torch.compile
+# The strategies whose every argument is ours to know; DDP passes extra keys on to Lightning's
+# DDPStrategy (as the trainer does to Trainer), which answers them itself.
+STRATEGY_KEYS = {
+    "pytorch_lightning.strategies.SingleDeviceStrategy": (),
+    "multigpu.strategies.DataParallelStrategy": (),
+    "multigpu.strategies.ScatterAllreduceStrategy": (
+        "split_weights",
+        "trace_shapes",
+        "trace_steps",
+    ),
+}
+HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")

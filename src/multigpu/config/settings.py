@@ -1,0 +1,861 @@
+"""The run, resolved once: the composed config turned into one frozen description of where and
+how it runs (device kind and ids, how many processes and who starts them, the global and
+per-process batch, the effective learning rate), with every check of the config's values here:
+types (``multigpu.config.schema``), then the keys each node may have, finiteness, ranges (one table,
+``RANGES``) and names, then the cross-checks between values, the machine and the data's sizes.
+
+A pure function of the config and of what it is told about the machine (``Machine``): it
+imports neither torch nor Lightning, so a mistake is answered before they load (in about a
+second), and a GPU machine's layout can be resolved (and tested) on a CPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from multigpu.config.errors import UserError
+from multigpu.config.names import (
+    COMPILE_KEYS,
+    CONFIG_ONLY_DATA_KEYS,
+    COSINE,
+    CPU_PRECISIONS,
+    CUDA_PRECISIONS,
+    DATA_MODULE_KEYS,
+    DATA_SIZES,
+    DECAYED,
+    HYDRA_KEYS,
+    IMAGE_CHANNELS,
+    LR_RULES,
+    MODEL,
+    MODEL_KEYS,
+    NETWORK,
+    NETWORK_KEYS,
+    NORMS,
+    PIPELINES,
+    PRECISION_ALIASES,
+    SCHEDULER_INTERVALS,
+    SCHEDULER_KEYS,
+    SCHEDULER_REQUIRED,
+    SGD,
+    SGD_KEYS,
+    START_METHODS,
+    STRATEGY_KEYS,
+    SYNTHETIC,
+)
+from multigpu.config.schema import (
+    ABSENT,
+    as_override,
+    check_types,
+    config_tree,
+    example_of,
+    node_schemas,
+    select,
+    target_of,
+)
+from multigpu.run.launch import check_world, cluster_started
+
+# How each option of the ``strategy`` group places its work on the devices.
+ONE_DEVICE = "one_device"  # the whole step on one device
+IN_PROCESS = "in_process"  # one process drives every device (dp, scatter_allreduce)
+PER_DEVICE = "per_device"  # one process per device (DDP)
+AUTO = "auto"  # the default: single on one device, ddp on several (``chosen_strategy``)
+PLACEMENTS = {
+    "single": ONE_DEVICE,
+    "dp": IN_PROCESS,
+    "scatter_allreduce": IN_PROCESS,
+    "ddp": PER_DEVICE,
+    "ddp_spawn": PER_DEVICE,
+}
+# Without any of these, no GPU driver is loaded, so torch would see no GPU either.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
+MAX_SEED = 2**32 - 1  # what seed_everything accepts
+MAX_INT = 2**63 - 1  # torch keeps integers (sizes, indices) in 64 bits
+MAX_DEVICES = 1024  # per node: more than any machine has
+MAX_WORKERS = 256  # data.num_workers: processes started per loader
+MAX_WIDTH = 2048  # model.net.width: 46 billion parameters at 4096, more than any GPU holds
+MAX_SYNTHETIC = 1_000_000  # data=synthetic images, held in memory (3 KB each)
+MAX_CLASSES = 100_000
+MAX_TIMEOUT_S = 7 * 24 * 3600  # strategy.timeout_s: Python's timedelta overflows far beyond
+SYNTHETIC_SIZES = {"num_train": 1024, "num_test": 256, "num_classes": 10}  # its defaults
+# hydra/launcher options whose jobs run under srun, which starts every node's processes.
+CLUSTER_LAUNCHERS = ("slurm", "submitit_slurm")
+TOKEN = re.compile(r"[\w.+-]+")  # a value shown as it is typed (else quoted, on one line)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What resolving a run needs to know about where it runs."""
+
+    cuda_devices: int
+    cpu_cores: int
+    environ: Mapping[str, str]
+    multirun: bool  # a job of a Hydra multirun (-m)
+
+    @classmethod
+    def this(cls, multirun: bool) -> Machine:
+        """This machine, asking torch for its GPUs only where a GPU driver is loaded."""
+        return cls(cuda_device_count(), os.cpu_count() or 1, dict(os.environ), multirun)
+
+
+def cuda_device_count() -> int:
+    if not any(Path(p).exists() for p in GPU_DEVICE_FILES):
+        return 0
+    import torch  # a GPU machine: only torch knows what CUDA_VISIBLE_DEVICES and the driver allow
+
+    return torch.cuda.device_count()
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's resolved settings; ``metrics.json`` stores them under ``run``."""
+
+    strategy: str  # the ``strategy`` group's option
+    accelerator: str  # cpu or cuda
+    device_ids: tuple[int, ...]  # on each node; on the CPU, logical devices 0..n-1
+    num_nodes: int
+    processes: int  # the world size: 1, or one process per device under DDP
+    launcher: str  # who starts the processes: none (one), popen, spawn or cluster
+    batch_size: int  # global: what one optimizer step sees, over every device
+    process_batch_size: int  # what each process loads per step
+    lr: float  # after ``model.lr_scaling``
+    warmup_epochs: float  # the lr rises to ``lr`` over these first epochs, per step
+    warmup_from: float  # from this lr: the unscaled one under the linear rule, else 0
+    precision: str
+    width: int | None
+    norm: str | None
+    max_epochs: int | None
+    seed: int | None
+    data: str  # the ``data`` group's option
+
+    @property
+    def placement(self) -> str:
+        return PLACEMENTS[self.strategy]
+
+    @property
+    def devices(self) -> int:
+        """Every device of the run, over all nodes: the factor the global batch grows with."""
+        return len(self.device_ids) * self.num_nodes
+
+    @property
+    def torch_devices(self) -> list[str]:
+        """The devices of this node as ``torch.device`` strings (CPU devices repeat ``cpu``)."""
+        if self.accelerator == "cuda":
+            return [f"cuda:{i}" for i in self.device_ids]
+        return ["cpu"] * len(self.device_ids)
+
+    @property
+    def trainer_devices(self) -> int | list[int]:
+        """Lightning's ``Trainer(devices=...)``: our single-process strategies carry their own
+        device list; for DDP, Lightning wants a count on the CPU and ids on CUDA."""
+        if self.placement != PER_DEVICE:
+            return 1
+        return list(self.device_ids) if self.accelerator == "cuda" else len(self.device_ids)
+
+    @property
+    def start_method(self) -> str:
+        """DDP's ``start_method``: under a cluster launcher Lightning starts nothing itself."""
+        return "spawn" if self.launcher == "spawn" else "popen"
+
+    def describe(self) -> str:
+        """The layout in one line, for the log."""
+        nodes = f" on each of {self.num_nodes} nodes" if self.num_nodes > 1 else ""
+        started = f", started by {self.launcher}" if self.launcher != "none" else ""
+        return (
+            f"strategy={self.strategy}: {len(self.device_ids)} {self.accelerator} device(s)"
+            f"{nodes}, {self.processes} process(es){started}; global batch {self.batch_size} "
+            f"({self.process_batch_size} per process), lr {self.lr:g}"
+            + (f" after {self.warmup_epochs:g} epochs of warm-up" if self.warmup_epochs else "")
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The settings reports compare runs by, as plain JSON values."""
+        return {**asdict(self), "device_ids": list(self.device_ids), "devices": self.devices}
+
+
+def plain(node: Any) -> Any:
+    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
+
+
+def is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def chosen_strategy(choice: str, devices: int) -> str:
+    """``strategy=auto`` as Lightning's own default resolves: one device runs alone, several
+    (over every node) get DDP; any other choice stands."""
+    if choice != AUTO:
+        return choice
+    return "single" if devices == 1 else "ddp"
+
+
+def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -> Run:
+    """Check the config's values and derive everything that depends on them."""
+    check_types(cfg)
+    check_values(cfg, choices)
+    strategy = choices["strategy"]
+    if strategy not in PLACEMENTS and strategy != AUTO:
+        raise UserError(
+            f"strategy={strategy} has no known device placement: use one of {', '.join(PLACEMENTS)}"
+        )
+    tree = config_tree(cfg)
+    trainer, model, data, strategy_cfg = (tree[k] for k in ("trainer", "model", "data", "strategy"))
+    accelerator = parse_accelerator(trainer.get("accelerator", "auto"), machine.cuda_devices)
+    devices = trainer.get("devices", 1)
+    ids = parse_devices(devices, machine.cuda_devices)
+    check_available(accelerator, ids, machine.cuda_devices)
+    num_nodes = trainer.get("num_nodes", 1)
+    strategy = chosen_strategy(strategy, len(ids) * num_nodes)
+    check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
+    check_nodes_started(num_nodes, len(ids), machine, choices)
+    precision = parse_precision(trainer.get("precision"), accelerator)
+    check_compile(strategy, accelerator, ids, model.get("compile", False))
+    if strategy == "scatter_allreduce":
+        check_split_weights(strategy_cfg.get("split_weights"), len(ids))
+
+    placement = PLACEMENTS[strategy]
+    processes = len(ids) * num_nodes if placement == PER_DEVICE else 1
+    batch_size = global_batch(data, len(ids) * num_nodes)
+    check_batch_divides(batch_size, processes)
+    check_data(data, model["net"], choices)
+    lr = scaled_lr(model, batch_size)
+    check_optimizer(model["optimizer"])
+    check_schedule(model, trainer, lr)
+    return Run(
+        strategy=strategy,
+        accelerator=accelerator,
+        device_ids=tuple(ids),
+        num_nodes=num_nodes,
+        processes=processes,
+        launcher=launcher(
+            placement, strategy_cfg.get("start_method", "auto"), machine, ids, num_nodes
+        ),
+        batch_size=batch_size,
+        process_batch_size=batch_size // processes,
+        lr=lr,
+        warmup_epochs=float((model.get("lr_scaling") or {}).get("warmup_epochs") or 0),
+        warmup_from=warmup_from(model),
+        precision=precision,
+        width=model["net"].get("width"),
+        norm=model["net"].get("norm"),
+        max_epochs=trainer.get("max_epochs"),
+        seed=tree.get("seed"),
+        data=choices.get("data", "?"),
+    )
+
+
+# What a SLURM job asks for, from the same settings ---------------------------------------------
+def slurm_tasks_per_node(strategy: str, devices: Any) -> int:
+    """One task per device under DDP (and ``auto``, DDP on several devices), else one (the
+    strategy drives its devices itself)."""
+    per_device = strategy == AUTO or PLACEMENTS.get(strategy) == PER_DEVICE
+    return len(parse_devices(plain(devices), cuda_devices=0)) if per_device else 1
+
+
+def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
+    """GPUs only for a GPU run: a CPU partition refuses any request for them."""
+    if accelerator not in ("gpu", "cuda"):
+        return None
+    return len(parse_devices(plain(devices), cuda_devices=0))
+
+
+# Values that stand alone -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Range:
+    """The values a number may take: ``least`` to ``most`` (an end left out when ``above`` /
+    ``below``), or one of ``also`` (-1: no limit); ``wanted`` says so in the error."""
+
+    wanted: str
+    least: float = -math.inf
+    most: float = math.inf
+    above: bool = False
+    below: bool = False
+    also: tuple[int, ...] = ()
+
+    def holds(self, value: float) -> bool:
+        low = value > self.least if self.above else value >= self.least
+        high = value < self.most if self.below else value <= self.most
+        return value in self.also or (low and high)
+
+
+POSITIVE = Range("a positive integer", 1)
+NO_LIMIT = Range("-1 (no limit) or more than 0", 1, also=(-1,))
+SUBSET = Range("a positive integer (or null: every image)", 1)
+SYNTHETIC_COUNT = Range(
+    f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)", 1, MAX_SYNTHETIC
+)
+# The range of every number of the config, in one table: what torch, Lightning or the OS would
+# refuse mid-run, or silently make nonsense of (a zero-epoch run, a momentum that never decays).
+RANGES: dict[str, Range] = {
+    "seed": Range(f"between 0 and {MAX_SEED} (or null)", 0, MAX_SEED),
+    "check_finite_every_n_steps": Range("1 or more", 1),
+    "data.batch_size": POSITIVE,
+    "data.batch_size_per_device": Range("a positive integer (or null to use data.batch_size)", 1),
+    "data.num_workers": Range(f"between 0 and {MAX_WORKERS}", 0, MAX_WORKERS),
+    "data.crop_padding": Range("between 0 and 28 (the images' size)", 0, 28),
+    "data.train_subset": SUBSET,
+    "data.test_subset": SUBSET,
+    "data.val_size": Range("0 or more", 0),
+    "data.seed": Range(f"between 0 and {MAX_SEED}", 0, MAX_SEED),
+    "data.num_train": SYNTHETIC_COUNT,
+    "data.num_test": SYNTHETIC_COUNT,
+    "data.num_classes": Range(f"between 2 and {MAX_CLASSES}", 2, MAX_CLASSES),
+    "model.net.num_classes": Range("2 or more", 2),
+    "model.net.in_channels": Range("1 or more", 1),
+    "model.net.width": Range(
+        f"a positive integer, at most {MAX_WIDTH} (already 11 billion parameters)", 1, MAX_WIDTH
+    ),
+    "model.net.init_std": Range("positive, or null", 0, above=True),
+    "model.label_smoothing": Range("0 or more and less than 1", 0, 1, below=True),
+    "model.optimizer.lr": Range("a positive number", 0, above=True),
+    "model.optimizer.momentum": Range("0 or more and less than 1", 0, 1, below=True),
+    "model.optimizer.dampening": Range("between 0 and 1", 0, 1),
+    "model.optimizer.weight_decay": Range("0 or more", 0),
+    "model.lr_scaling.base_batch": POSITIVE,
+    "model.lr_scaling.warmup_epochs": Range("0 or more", 0),
+    "trainer.num_nodes": POSITIVE,
+    "trainer.max_epochs": NO_LIMIT,
+    "trainer.max_steps": NO_LIMIT,
+    "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
+    "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
+    "trainer.log_every_n_steps": Range("1 or more", 1),
+    "trainer.check_val_every_n_epoch": Range("1 or more", 1),
+    "strategy.timeout_s": Range(
+        f"positive, at most {MAX_TIMEOUT_S} (a week)", 0, MAX_TIMEOUT_S, above=True
+    ),
+    "strategy.trace_steps": Range("0 or more", 0),
+    # After the trainer's: T_max follows trainer.max_epochs, which is then named first.
+    "model.scheduler.step_size": Range("1 or more (epochs between two decays)", 1),
+    "model.scheduler.gamma": Range("positive", 0, above=True),
+    "model.scheduler.T_max": Range("1 or more (the epochs the cosine decays over)", 1),
+    "model.scheduler.eta_min": Range("0 or more", 0),
+}
+NAMES = {  # the values that name a choice
+    "data.pipeline": PIPELINES,
+    "model.net.norm": NORMS,
+    "model.lr_scaling.rule": LR_RULES,
+    "model.scheduler_interval": SCHEDULER_INTERVALS,
+    "model.weight_decay_on": DECAYED,
+    "strategy.start_method": START_METHODS,
+}
+PATHS = {"ckpt_path": ", or null", "data.root": "", "data.source": ", or null"}  # null allowed
+# The nodes training builds from; eval.py's config has only some of them.
+REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")
+
+
+def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> None:
+    """Each value alone (its type is already right): the keys each node may have, finiteness,
+    ranges and names; ``choices`` (the group options) name the data and strategy in messages."""
+    tree = config_tree(cfg)
+    for path in REQUIRED:
+        if select(tree, path) is ABSENT:
+            raise UserError(f"{path} is missing from the config: training needs it")
+    check_keys(tree, choices or {})
+    check_paths(tree)
+    check_numbers(tree)
+    check_cosine_length(tree)
+    for key, wanted in RANGES.items():
+        value = select(tree, key)
+        if is_number(value) and not wanted.holds(value):
+            raise UserError(
+                f"{key}={as_override(value)} must be {wanted.wanted}{example(tree, key)}"
+            )
+    for key, names in NAMES.items():
+        one_of(key, select(tree, key), names)
+    check_targets(select(tree, "time_to_targets"))
+    compile = select(tree, "model.compile")
+    if not isinstance(compile, (bool, Mapping)) and compile not in (None, ABSENT):
+        raise UserError(
+            f"model.compile={compile!r} must be true, false, or torch.compile's arguments, "
+            "e.g. model.compile={mode:max-autotune}"
+        )
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_targets(targets: Any) -> None:
+    """Test accuracies to time the run to: fractions, not percentages."""
+    if not isinstance(targets, (list, tuple)):
+        return  # absent (the schema has checked its type)
+    wrong = [t for t in targets if not (is_number(t) and 0 < t <= 1)]
+    if wrong:
+        raise UserError(
+            f"time_to_targets={list(targets)} must hold accuracies above 0 and at most 1, "
+            "e.g. time_to_targets=[0.85,0.9]"
+        )
+
+
+def example(tree: Mapping[str, Any], key: str) -> str:
+    """``, e.g. key=<the shipped value>`` where the schema has one."""
+    path, _, name = key.rpartition(".")
+    for node, schema in node_schemas(tree):
+        found = [f for f in fields(schema) if node == path and f.name == name]
+        if found and example_of(found[0]) is not None:
+            return f", e.g. {key}={as_override(example_of(found[0]))}"
+    return ""
+
+
+def check_numbers(node: Any, key: str = "") -> None:
+    """Every number anywhere in the config is finite, and every integer fits the 64 bits torch
+    keeps integers in: NaN or infinity would train (and "diverge") rather than fail."""
+    if isinstance(node, Mapping):
+        for name, value in node.items():
+            check_numbers(value, f"{key}.{name}" if key else str(name))
+    elif isinstance(node, list):
+        if any(not fine_number(v) for v in node if is_number(v)):
+            raise UserError(f"{key}={node!r} must hold finite numbers only")
+        for value in node:
+            check_numbers(value, key)
+    elif is_number(node) and not fine_number(node):
+        if isinstance(node, int):
+            raise UserError(f"{key}={node} is more than torch's 64-bit integers hold: {MAX_INT}")
+        raise UserError(f"{key}={as_override(node)} must be a finite number")
+
+
+def fine_number(value: float) -> bool:
+    return abs(value) <= MAX_INT if isinstance(value, int) else math.isfinite(value)
+
+
+def check_paths(tree: Mapping[str, Any]) -> None:
+    """A path is a non-empty name without NUL (which the OS would refuse with a traceback)."""
+    for key, or_null in PATHS.items():
+        value = select(tree, key)
+        if value == "":
+            raise UserError(f"{key}='' names no path: give one{example(tree, key)}{or_null}")
+        if isinstance(value, str) and "\0" in value:
+            raise UserError(f"{key}={value!r} contains a NUL character, which no path can hold")
+
+
+def check_cosine_length(tree: Mapping[str, Any]) -> None:
+    """A cosine over "no limit" (``T_max`` follows ``trainer.max_epochs=-1``) would cycle."""
+    scheduler, epochs = select(tree, "model.scheduler"), select(tree, "trainer.max_epochs")
+    if not isinstance(scheduler, Mapping) or target_of(scheduler) != COSINE:
+        return
+    t_max = scheduler.get("T_max")
+    if t_max == epochs == -1:
+        raise UserError(
+            f"model.scheduler.T_max={t_max} follows trainer.max_epochs={epochs} (no limit), but "
+            "a cosine decays over a known length: set trainer.max_epochs to the run's epochs, "
+            "or model.scheduler.T_max"
+        )
+
+
+def one_of(key: str, value: Any, names: tuple[str, ...]) -> None:
+    if value not in (None, ABSENT) and value not in names:
+        raise UserError(f"{key}={value!r} is not known: use one of {', '.join(names)}")
+
+
+# Keys: what each node's target takes ----------------------------------------------------------
+def check_keys(tree: Mapping[str, Any], choices: Mapping[str, str]) -> None:
+    """Every key of a node is one its ``_target_`` takes (``multigpu.config.names``), so that a typo
+    or an unknown ``+key`` is named now, with the keys it could have been, not by the
+    constructor once torch has loaded."""
+    model = tree["model"]
+    check_target("model.net", model["net"], {NETWORK: NETWORK_KEYS}, "network", NETWORK)
+    check_target("model.optimizer", model["optimizer"], {SGD: SGD_KEYS}, "optimizer", SGD)
+    scheduler = model.get("scheduler")
+    if scheduler is not None and not isinstance(scheduler, Mapping):
+        raise UserError(
+            f"model.scheduler={scheduler!r} must be null or a scheduler's settings, "
+            "e.g. +model/scheduler=cosine"
+        )
+    if scheduler is not None:
+        use = "+model/scheduler=step or cosine, or model.scheduler=null"
+        check_target("model.scheduler", scheduler, SCHEDULER_KEYS, "scheduler", use)
+        missing = [k for k in SCHEDULER_REQUIRED[target_of(scheduler)] if k not in scheduler]
+        if missing:
+            raise UserError(f"model.scheduler.{missing[0]} is missing: the scheduler needs it")
+    if isinstance(model.get("compile"), Mapping):
+        check_known("model.compile", model["compile"], COMPILE_KEYS, "torch.compile")
+    if target_of(model) == MODEL:
+        check_known("model", model, MODEL_KEYS, "the model")
+    data, strategy = tree["data"], tree["strategy"]
+    if target_of(data) in DATA_MODULE_KEYS:
+        known = (*DATA_MODULE_KEYS[target_of(data)], *CONFIG_ONLY_DATA_KEYS)
+        check_known("data", data, known, f"data={choices.get('data', '?')}")
+    if target_of(strategy) in STRATEGY_KEYS:
+        known = STRATEGY_KEYS[target_of(strategy)]
+        check_known("strategy", strategy, known, f"strategy={choices.get('strategy', '?')}")
+
+
+def check_target(
+    path: str, node: Mapping[str, Any], table: Mapping[str, tuple[str, ...]], what: str, use: str
+) -> None:
+    """``node`` builds one of ``table``'s targets (a ``what``), with keys that target takes."""
+    target = target_of(node)
+    if target not in table:
+        article = "an" if what[0] in "aeiou" else "a"
+        raise UserError(
+            f"{path}._target_={node.get('_target_')!r} is not {article} {what} this project "
+            f"checks: use {use}"
+        )
+    check_known(path, node, table[target], f"the {what}")
+
+
+def check_known(path: str, node: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
+    unknown = [key for key in node if key not in known and key not in HYDRA_KEYS]
+    if unknown:
+        takes = f"use one of {', '.join(known)}" if known else "it takes none"
+        raise UserError(f"{path}.{unknown[0]} is not a setting of {what}: {takes}")
+
+
+def parse_precision(precision: Any, accelerator: str) -> str:
+    """Lightning's name for ``trainer.precision``; fp16 needs CUDA (Lightning would quietly
+    switch a CPU run to bf16, and the record would name the wrong precision)."""
+    name = "32-true" if precision is None else str(precision)
+    name = PRECISION_ALIASES.get(name, name)
+    supported = CUDA_PRECISIONS if accelerator == "cuda" else CPU_PRECISIONS
+    if name in supported:
+        return name
+    hint = " (fp16 needs CUDA; on the CPU use bf16-mixed)" if name in CUDA_PRECISIONS else ""
+    shown = precision if isinstance(precision, str) and TOKEN.fullmatch(precision) else None
+    raise UserError(
+        f"trainer.precision={shown or repr(precision)} is not supported on {accelerator}{hint}: "
+        f"use one of {', '.join(supported)}"
+    )
+
+
+# Devices ----------------------------------------------------------------------------------------
+def parse_accelerator(accelerator: str, cuda_devices: int) -> str:
+    """``auto`` falls back to the CPU; asking for ``gpu``/``cuda`` on a machine without one
+    is an error rather than a silently slow run."""
+    if accelerator == "auto":
+        return "cuda" if cuda_devices else "cpu"
+    if accelerator not in ("cpu", "cuda", "gpu"):
+        raise UserError(
+            f"trainer.accelerator={accelerator!r} is not supported: use auto, cpu or gpu"
+        )
+    if accelerator != "cpu" and not cuda_devices:
+        raise UserError(
+            f"trainer.accelerator={accelerator} but this machine has no CUDA device: "
+            "use trainer.accelerator=cpu (or auto)"
+        )
+    return "cpu" if accelerator == "cpu" else "cuda"
+
+
+def parse_devices(devices: Any, cuda_devices: int) -> list[int]:
+    """``2`` -> [0, 1]; ``[2, 3]`` or ``"2,3"`` -> [2, 3]; ``-1`` or ``auto`` -> every device."""
+    every = list(range(max(cuda_devices, 1)))
+    if isinstance(devices, str):
+        text = devices.strip()
+        if text in ("auto", "-1"):
+            return every
+        try:
+            parts = [int(p) for p in text.strip("[]").split(",") if p.strip()]
+        except ValueError:
+            raise UserError(
+                f"trainer.devices={devices!r} is not a count or a list of ids: "
+                "use e.g. trainer.devices=2 or trainer.devices=[2,3]"
+            ) from None
+        if text.startswith("[") or "," in text:
+            return parse_devices(parts, cuda_devices)
+        return parse_devices(parts[0] if parts else 0, cuda_devices)
+    if isinstance(devices, bool) or not isinstance(devices, (int, list, tuple)):
+        shown = "null" if devices is None else repr(devices)
+        raise UserError(
+            f"trainer.devices={shown} must be a count or a list of ids, "
+            "e.g. trainer.devices=2 or trainer.devices=[0,1]"
+        )
+    if isinstance(devices, int):
+        if devices == -1:
+            return every
+        if devices <= 0:
+            raise UserError(
+                f"trainer.devices={devices} must be at least 1 (or a list of ids, e.g. [0,1])"
+            )
+        if devices > MAX_DEVICES:
+            raise UserError(
+                f"trainer.devices={devices} is more devices than any machine has: "
+                f"use at most {MAX_DEVICES}"
+            )
+        return list(range(devices))
+    ids = list(devices)
+    if not ids or any(not is_count(i) or not 0 <= i < MAX_DEVICES for i in ids):
+        raise UserError(
+            f"trainer.devices={ids} must list device ids >= 0 (below {MAX_DEVICES}), e.g. [0,1]"
+        )
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is not None:
+        raise UserError(f"trainer.devices={ids} names device {twice} twice: list each device once")
+    return ids
+
+
+def check_available(accelerator: str, ids: list[int], cuda_devices: int) -> None:
+    """CUDA ids must exist; CPU "devices" are logical replicas or processes, any count runs."""
+    missing = [i for i in ids if i >= cuda_devices]
+    if accelerator == "cuda" and missing:
+        raise UserError(
+            f"trainer.devices asks for CUDA device(s) {missing}, but this machine has "
+            f"{cuda_devices} (ids 0-{cuda_devices - 1}): use fewer devices, or "
+            "trainer.accelerator=cpu"
+        )
+
+
+def check_placement(
+    strategy: str, accelerator: str, devices: Any, ids: list[int], num_nodes: int, cores: int
+) -> None:
+    placement = PLACEMENTS[strategy]
+    if placement != PER_DEVICE and num_nodes > 1:
+        raise UserError(
+            f"strategy={strategy} runs in one process on one machine, but "
+            f"trainer.num_nodes={num_nodes}: use strategy=ddp for several machines"
+        )
+    if placement == ONE_DEVICE and len(ids) != 1:
+        raise UserError(
+            f"strategy=single runs on one device, but trainer.devices={devices}: "
+            "use strategy=dp, scatter_allreduce or ddp for several"
+        )
+    if strategy == "dp" and accelerator != "cuda" and len(ids) > 1:
+        raise UserError(
+            f"strategy=dp with trainer.devices={devices}: DataParallel needs CUDA devices and "
+            "this run is on the CPU; use strategy=scatter_allreduce or strategy=ddp "
+            "(trainer.accelerator=cpu) for several CPU devices, or trainer.devices=1"
+        )
+    if placement == PER_DEVICE and accelerator == "cpu" and len(ids) > cores:
+        raise UserError(
+            f"trainer.devices={len(ids)} starts {len(ids)} DDP processes but this machine has "
+            f"{cores} CPU cores: use trainer.devices<={cores}, or a GPU machine"
+        )
+
+
+def check_nodes_started(
+    num_nodes: int, per_node: int, machine: Machine, choices: Mapping[str, str]
+) -> None:
+    """Lightning starts the processes of this machine only: those of the other machines must
+    come from a cluster launcher (torchrun, srun, or a sweep's SLURM launcher, whose jobs run
+    under srun), else rank 0 waits ``strategy.timeout_s`` for peers that never come."""
+    if num_nodes == 1 or cluster_started(machine.environ):
+        return
+    if choices.get("hydra/launcher") in CLUSTER_LAUNCHERS:
+        return
+    raise UserError(
+        f"trainer.num_nodes={num_nodes} needs a launcher that starts the other machines' "
+        f"processes: torchrun --nnodes={num_nodes} --nproc_per_node={per_node} train.py ... "
+        f"on each machine, or srun (#SBATCH --nodes={num_nodes} "
+        f"--ntasks-per-node={per_node}); on one machine use trainer.num_nodes=1"
+    )
+
+
+def check_compile(strategy: str, accelerator: str, ids: list[int], compile: Any) -> None:
+    """DataParallel makes new replicas of the network every step, and a compiled network's
+    replicas would call the original on the wrong device; its other strategies compile."""
+    if compile and strategy == "dp" and accelerator == "cuda" and len(ids) > 1:
+        raise UserError(
+            f"model.compile with strategy=dp on {len(ids)} GPUs: DataParallel re-replicates the "
+            "network every step, which torch.compile cannot follow; use "
+            "strategy=scatter_allreduce (persistent replicas) or strategy=ddp"
+        )
+
+
+def check_split_weights(weights: Any, devices: int) -> None:
+    if weights is None:
+        return
+    weights = list(weights)
+    if len(weights) != devices:
+        raise UserError(
+            f"strategy.split_weights={weights} has {len(weights)} entries for {devices} devices: "
+            f"give one weight per device, e.g. {[round(1 / devices, 2)] * devices}, or null"
+        )
+    if any(isinstance(w, bool) or not isinstance(w, (int, float)) or w < 0 for w in weights):
+        raise UserError(f"strategy.split_weights={weights} must be numbers >= 0")
+    if sum(weights) <= 0:
+        raise UserError(f"strategy.split_weights={weights} sum to 0: give some device a share")
+    if not math.isfinite(sum(weights)):
+        raise UserError(
+            f"strategy.split_weights={weights} sum to more than a number holds: give shares, "
+            f"e.g. {[round(1 / devices, 2)] * devices}"
+        )
+
+
+def launcher(
+    placement: str, start_method: str, machine: Machine, ids: list[int], num_nodes: int
+) -> str:
+    """Who starts DDP's processes: a cluster that already started one per device (torchrun,
+    SLURM's srun, a submitit job), spawned workers inside a multirun (relaunching train.py would
+    re-run the whole sweep in every child), else Lightning relaunching ``train.py`` (popen).
+    What a cluster started must be what the config asks for."""
+    check_world(machine.environ, len(ids), num_nodes, per_device=placement == PER_DEVICE)
+    if placement != PER_DEVICE:
+        return "none"
+    if cluster_started(machine.environ):
+        return "cluster"
+    if start_method == "spawn" or (start_method == "auto" and machine.multirun):
+        return "spawn"
+    return "popen"
+
+
+# Batch and learning rate ------------------------------------------------------------------------
+def global_batch(data: dict[str, Any], devices: int) -> int:
+    """``data.batch_size``, or ``data.batch_size_per_device`` x every device of the run. A batch
+    larger than the training set is allowed: each epoch is then one step over all of it, as
+    the last, short batch of any epoch is (smoke runs on a few images rely on it)."""
+    per_device = data.get("batch_size_per_device")
+    if per_device is not None:
+        if per_device * devices > MAX_INT:
+            raise UserError(
+                f"data.batch_size_per_device={per_device} x {devices} devices is more than "
+                f"torch's 64-bit integers hold: use at most {MAX_INT // devices}"
+            )
+        return per_device * devices
+    batch_size = data.get("batch_size")
+    if batch_size is None:
+        raise UserError("data.batch_size=null must be a positive integer, e.g. 256")
+    return batch_size
+
+
+def check_batch_divides(batch_size: int, processes: int) -> None:
+    """Every DDP process loads the same share of the global batch, at least one sample."""
+    if batch_size % processes:
+        multiple = (batch_size // processes + 1) * processes
+        raise UserError(
+            f"data.batch_size={batch_size} (global) does not divide over {processes} "
+            f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
+        )
+
+
+def warmup_from(model: dict[str, Any]) -> float:
+    """Goyal et al.'s gradual warm-up starts at the lr the base batch would use; without a
+    scaling rule there is none, and it starts at 0."""
+    scaling = model.get("lr_scaling") or {}
+    return float(model["optimizer"]["lr"]) if scaling.get("rule") == "linear" else 0.0
+
+
+def scaled_lr(model: dict[str, Any], batch_size: int) -> float:
+    """``model.optimizer.lr``, times global batch / ``base_batch`` under the linear rule."""
+    lr = model["optimizer"].get("lr")
+    if lr is None:
+        raise UserError("model.optimizer.lr=null must be a positive number, e.g. 0.1")
+    scaling = model.get("lr_scaling") or {}
+    if (scaling.get("rule") or "none") == "none":
+        return float(lr)
+    base_batch = scaling.get("base_batch")
+    if base_batch is None:
+        raise UserError(
+            "model.lr_scaling.base_batch=null must be a positive integer under "
+            "model.lr_scaling.rule=linear, e.g. 256"
+        )
+    scaled = float(f"{lr * batch_size / base_batch:.12g}")  # 0.1 * 3 is 0.3, not 0.300...04
+    if not (math.isfinite(scaled) and scaled > 0):
+        raise UserError(
+            f"model.optimizer.lr={lr} x global batch {batch_size} / model.lr_scaling."
+            f"base_batch={base_batch} (model.lr_scaling.rule=linear) is {scaled:g}, not a "
+            "learning rate: change model.optimizer.lr or model.lr_scaling.base_batch"
+        )
+    return scaled
+
+
+def check_optimizer(optimizer: Mapping[str, Any]) -> None:
+    """SGD's Nesterov momentum needs a momentum and no dampening (else SGD refuses mid-setup)."""
+    if optimizer.get("nesterov") and (
+        optimizer.get("momentum", 0) <= 0 or optimizer.get("dampening", 0) != 0
+    ):
+        raise UserError(
+            f"model.optimizer.nesterov=true needs model.optimizer.momentum > 0 (it is "
+            f"{optimizer.get('momentum', 0)}) and model.optimizer.dampening=0 (it is "
+            f"{optimizer.get('dampening', 0)})"
+        )
+
+
+def check_schedule(model: Mapping[str, Any], trainer: Mapping[str, Any], lr: float) -> None:
+    """The warm-up and the scheduler against the run's length and learning rate: a warm-up
+    longer than the run never reaches its lr, a cosine shorter than the run rises again after
+    ``T_max``, and one whose floor is above the lr raises it."""
+    epochs = trainer.get("max_epochs")
+    epochs = epochs if is_count(epochs) and epochs >= 1 else None
+    every = trainer.get("check_val_every_n_epoch")
+    if epochs is not None and is_count(every) and epochs % every:
+        raise UserError(
+            f"trainer.check_val_every_n_epoch={every} does not divide trainer.max_epochs="
+            f"{epochs}: the last epoch would end without a test accuracy; use a divisor, e.g. "
+            "trainer.check_val_every_n_epoch=${trainer.max_epochs} (the test set once, at the end)"
+        )
+    warmup = (model.get("lr_scaling") or {}).get("warmup_epochs") or 0
+    if epochs is not None and warmup > epochs:
+        raise UserError(
+            f"model.lr_scaling.warmup_epochs={warmup} is longer than the run "
+            f"(trainer.max_epochs={epochs}): the lr would never reach its value; use at most "
+            f"{epochs}"
+        )
+    scheduler = model.get("scheduler") or {}
+    if target_of(scheduler) != COSINE:
+        return
+    t_max, eta_min = scheduler["T_max"], scheduler.get("eta_min", 0.0)
+    if epochs is not None and t_max < epochs:
+        raise UserError(
+            f"model.scheduler.T_max={t_max} is shorter than the run (trainer.max_epochs="
+            f"{epochs}): the cosine would raise the lr again after epoch {t_max}; use "
+            "model.scheduler.T_max=${trainer.max_epochs} (the default)"
+        )
+    if eta_min > lr:
+        raise UserError(
+            f"model.scheduler.eta_min={eta_min} is above the learning rate {lr:g}: the cosine "
+            "would raise it; use a floor below it, e.g. model.scheduler.eta_min=0"
+        )
+
+
+# Against the data -------------------------------------------------------------------------------
+def check_data(data: Mapping[str, Any], net: Mapping[str, Any], choices: Mapping[str, str]) -> None:
+    """Subsets, the validation split, classes and channels against the data set's sizes, where
+    they are known without reading it (``multigpu.config.names.DATA_SIZES``, or the synthetic set's
+    settings)."""
+    sizes = data_sizes(data)
+    if sizes is None:
+        return
+    train, test, classes = sizes
+    source = f"data={choices.get('data', '?')}"
+    for key, total, what in (("train_subset", train, "training"), ("test_subset", test, "test")):
+        subset = data.get(key)
+        if subset is not None and subset > total:
+            count = "num_train" if key == "train_subset" else "num_test"
+            raise UserError(
+                f"data.{key}={subset} is more than the {total} {what} images of {source}"
+                f"{size_note(data, count)}: use at most {total}, or null for all"
+            )
+    check_val_size(data, train, source + size_note(data, "num_train"))
+    wanted = net.get("num_classes", 10)
+    if wanted != classes:
+        raise UserError(
+            f"model.net.num_classes={wanted} but the data has {classes} classes"
+            f"{size_note(data, 'num_classes')}: set model.net.num_classes={classes}"
+        )
+    channels = net.get("in_channels", IMAGE_CHANNELS)
+    if channels != IMAGE_CHANNELS:
+        raise UserError(
+            f"model.net.in_channels={channels} but the images of {source} have "
+            f"{IMAGE_CHANNELS} channel: set model.net.in_channels={IMAGE_CHANNELS}"
+        )
+
+
+def data_sizes(data: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """(training images, test images, classes) of the configured data set, if known."""
+    if target_of(data) == SYNTHETIC:
+        return tuple(data.get(key, SYNTHETIC_SIZES[key]) for key in SYNTHETIC_SIZES)
+    return DATA_SIZES.get(target_of(data))
+
+
+def size_note(data: Mapping[str, Any], key: str) -> str:
+    """Which setting a size comes from, where the config sets it (the synthetic set)."""
+    if target_of(data) != SYNTHETIC:
+        return ""
+    return f" (data.{key}={data.get(key, SYNTHETIC_SIZES[key])})"
+
+
+def check_val_size(data: Mapping[str, Any], train: int, source: str) -> None:
+    """The validation split is carved from the training images and must leave some."""
+    subset, val_size = data.get("train_subset"), data.get("val_size") or 0
+    images = min(subset, train) if subset is not None else train
+    if val_size >= images:
+        after = f", {images} after data.train_subset={subset}" if subset is not None else ""
+        raise UserError(
+            f"data.val_size={val_size} leaves no training images: {source} has {train}{after}; "
+            f"use at most {images - 1}"
+        )

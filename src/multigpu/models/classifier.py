@@ -1,0 +1,241 @@
+"""The LightningModule: cross-entropy on a configurable network, accuracy, optimizer wiring."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from hydra.utils import instantiate
+from pytorch_lightning import LightningModule
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+from typing_extensions import override
+
+from multigpu.callbacks.phases import phase
+from multigpu.config.names import SCHEDULER_EPOCH_KEYS
+from multigpu.config.settings import plain
+
+Network = Callable[[Tensor], Tensor]
+log = logging.getLogger(__name__)
+
+
+class ImageClassifier(LightningModule):
+    """Logs per epoch ``train/loss``, ``train/acc`` and ``test/acc`` (and ``val/acc`` with a
+    validation split). Loss, metrics and logging always run once, on full-batch outputs.
+
+    ``net``, ``optimizer`` and ``scheduler`` are Hydra configs (``_partial_`` for the last two),
+    kept as plain hyperparameters so that a checkpoint rebuilds its own network; a module that
+    only evaluates has no optimizer.
+    ``channels_last`` and ``compile`` (true, or ``torch.compile``'s keyword arguments) change
+    how the network runs, not what it computes or what a checkpoint holds. ``warmup``
+    (``{epochs, start_factor}``) scales each step's lr from ``start_factor`` up to 1 over the
+    first ``epochs``, on top of the scheduler. ``label_smoothing`` softens the training
+    loss's targets (the test loss stays plain cross-entropy); ``tta_flip`` evaluates each image
+    and its mirror image and averages their logits. ``scheduler_interval="step"`` steps the
+    scheduler after every optimizer step instead of every epoch, its lengths (cosine's
+    ``T_max``, ``step_size``) still counted in epochs: a smooth decay for runs of few epochs.
+    ``weight_decay_on="weights"`` decays only the convolution and linear weights, not the
+    BatchNorm scales and shifts or the biases (whose size does not make a network overfit).
+    """
+
+    def __init__(
+        self,
+        net: dict,
+        optimizer: dict | None = None,
+        scheduler: dict | None = None,
+        channels_last: bool = False,
+        compile: bool | dict = False,
+        warmup: dict | None = None,
+        label_smoothing: float = 0.0,
+        tta_flip: bool = False,
+        scheduler_interval: str = "epoch",
+        weight_decay_on: str = "all",
+    ):
+        super().__init__()
+        self.channels_last = channels_last
+        self.label_smoothing, self.tta_flip = label_smoothing, tta_flip
+        self.scheduler_interval = scheduler_interval
+        self.weight_decay_on = weight_decay_on
+        self.warmup = plain(warmup) or {}
+        self.compile_options = ({} if compile is True else plain(compile)) if compile else None
+        net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
+        self.save_hyperparameters(
+            {"net": net, "optimizer": optimizer, "scheduler": scheduler}, logger=False
+        )
+        self.net = instantiate(net)
+        num_classes = net.get("num_classes", 10)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+
+    def prepare_network(self, net: nn.Module) -> None:
+        """Memory format and compilation, in place: for the module's network and for every
+        replica a strategy makes of it. ``nn.Module.compile`` keeps the ``net.*`` keys."""
+        if self.channels_last:
+            net.to(memory_format=torch.channels_last)
+        if self.compile_options is not None:
+            net.compile(**self.compile_options)
+
+    @override
+    def configure_model(self) -> None:
+        self.prepare_network(self.net)
+
+    def layout(self, images: Tensor) -> Tensor:
+        """Images in the memory format the network's weights use."""
+        if self.channels_last:
+            return images.contiguous(memory_format=torch.channels_last)
+        return images
+
+    @override
+    def forward(self, images: Tensor) -> Tensor:
+        return self.net(self.layout(images))
+
+    @override
+    def on_train_epoch_start(self) -> None:
+        lr = self.trainer.optimizers[0].param_groups[0]["lr"]
+        self.log("train/lr", lr, on_step=False, on_epoch=True, sync_dist=True)  # same on all
+
+    @override
+    def training_step(
+        self, batch: tuple[Tensor, Tensor], batch_idx: int, network: Network | None = None
+    ) -> Tensor:
+        """``network`` runs the batch through the network and returns full-batch logits: this
+        module's own network by default, or a data-parallel strategy's scatter, replicas and
+        gather. Loss, metrics and logging stay here, once per step."""
+        images, labels = batch
+        with phase("forward"):
+            logits = (network or self.net)(self.layout(images))
+        loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
+        self.train_acc.update(logits.detach(), labels)  # computed once, at the epoch's end
+        batch_size = labels.numel()
+        self.log(
+            "train/loss",
+            loss.detach(),
+            on_step=False,
+            on_epoch=True,
+            sync_dist=True,
+            batch_size=batch_size,
+        )
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=batch_size)
+        self.log("loss", loss.detach(), prog_bar=True, logger=False)  # this step's, in the bar
+        return loss
+
+    def evaluate(self, batch: tuple[Tensor, Tensor], split: str) -> Tensor:
+        """The one inference path over a test or validation batch (``eval.py`` and the test
+        figures use it too); returns the predicted classes."""
+        images, labels = batch
+        logits = self(images)
+        if self.tta_flip:  # the classes are mirror-symmetric: a shoe is a shoe either way
+            logits = (logits + self(images.flip(-1))) / 2
+        metric = self.val_acc if split == "val" else self.test_acc
+        metric.update(logits, labels)
+        batch_size = labels.numel()
+        log: dict[str, Any] = dict(on_epoch=True, add_dataloader_idx=False, batch_size=batch_size)
+        self.log(f"{split}/loss", F.cross_entropy(logits, labels), sync_dist=True, **log)
+        self.log(f"{split}/acc", metric, prog_bar=split == "test", **log)
+        return logits.argmax(dim=1)
+
+    @override
+    def validation_step(self, batch, batch_idx: int, dataloader_idx: int = 0) -> Tensor:
+        """Loader 0 is the test set, evaluated after every epoch as d2l does; 1 is ``val``."""
+        return self.evaluate(batch, "test" if dataloader_idx == 0 else "val")
+
+    @override
+    def test_step(self, batch, batch_idx: int) -> Tensor:
+        return self.evaluate(batch, "test")
+
+    def warmup_factor(self, step: int) -> float:
+        """Goyal et al.'s gradual warm-up: linear in the optimizer step, from ``start_factor``
+        at step 0 to 1 once ``epochs`` epochs of steps have been taken."""
+        steps = self.warmup.get("epochs", 0) * self.trainer.num_training_batches
+        if step >= steps:
+            return 1.0
+        start = self.warmup.get("start_factor", 0.0)
+        return start + (1.0 - start) * step / steps
+
+    @override
+    def optimizer_step(self, epoch: int, batch_idx: int, optimizer, optimizer_closure=None):
+        """The step with the warm-up's share of each group's lr; the scheduler's own lr is
+        put back afterwards, so that schedules stepped per epoch compose with it."""
+        factor = self.warmup_factor(self.trainer.global_step)
+        if factor == 1.0:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        scheduled = [group["lr"] for group in optimizer.param_groups]
+        for group in optimizer.param_groups:
+            group["lr"] *= factor
+        try:
+            return super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+        finally:
+            for group, lr in zip(optimizer.param_groups, scheduled, strict=True):
+                group["lr"] = lr
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A resumed run follows the learning-rate schedule as configured now: a run extended
+        with a larger ``trainer.max_epochs`` decays over its new length, not the old one. The
+        scheduler is replayed from the start to the resumed epoch, and the restored optimizer
+        starts from the learning rate it lands on (the same one when nothing changed)."""
+        schedulers, optimizers = checkpoint.get("lr_schedulers"), checkpoint.get("optimizer_states")
+        if not self.hparams.scheduler or not schedulers or not optimizers:
+            return
+        steps = schedulers[0].get("last_epoch", 0)  # epochs, or optimizer steps per step
+        optimizer, scheduler = self.replay_schedule(steps)
+        lr = optimizer.param_groups[0]["lr"]
+        saved = optimizers[0]["param_groups"][0]
+        if abs(saved["lr"] - lr) > 1e-12 * max(abs(lr), 1):
+            log.info("resuming after %d %ss with the schedule as configured now: lr %g (the "
+                     "checkpoint's schedule had %g)", steps, self.scheduler_interval, lr,
+                     saved["lr"])  # fmt: skip
+        schedulers[0] = scheduler.state_dict()
+        for group in optimizers[0]["param_groups"]:
+            group["lr"], group["initial_lr"] = lr, optimizer.param_groups[0]["initial_lr"]
+
+    def replay_schedule(self, steps: int):
+        """(optimizer, scheduler) as configured, on a stand-in parameter, ``steps`` in."""
+        optimizer = instantiate(self.hparams.optimizer)([nn.Parameter(torch.zeros(1))])
+        scheduler = self.build_scheduler(optimizer)
+        for _ in range(steps):
+            optimizer.step()  # no gradient: changes nothing, but schedulers expect a step first
+            scheduler.step()
+        return optimizer, scheduler
+
+    def parameter_groups(self) -> list[dict[str, Any]]:
+        """One group of every parameter, or (``weight_decay_on="weights"``) the weights of the
+        convolutions and the linear layer, then the rest without weight decay."""
+        if self.weight_decay_on == "all":
+            return [{"params": list(self.net.parameters())}]
+        weights = [p for p in self.net.parameters() if p.ndim > 1]
+        others = [p for p in self.net.parameters() if p.ndim <= 1]
+        return [{"params": weights}, {"params": others, "weight_decay": 0.0}]
+
+    def build_scheduler(self, optimizer):
+        """The configured scheduler; stepped per optimizer step, its lengths in epochs become
+        lengths in steps."""
+        scheduler = dict(self.hparams.scheduler)
+        steps = self.scheduler_steps_per_epoch()
+        for key in SCHEDULER_EPOCH_KEYS.get(scheduler["_target_"], ()):
+            if key in scheduler:
+                scheduler[key] = scheduler[key] * steps
+        return instantiate(scheduler)(optimizer)
+
+    def scheduler_steps_per_epoch(self) -> int:
+        """1, or the optimizer steps of an epoch when the scheduler steps with the optimizer
+        (asking Lightning for them sizes the training data, also before a resume's restore)."""
+        if self.scheduler_interval != "step":
+            return 1
+        self.trainer.estimated_stepping_batches  # noqa: B018
+        return -(-self.trainer.num_training_batches // self.trainer.accumulate_grad_batches)
+
+    @override
+    def configure_optimizers(self):
+        optimizer = instantiate(self.hparams.optimizer)(self.parameter_groups())
+        if not self.hparams.scheduler:
+            return optimizer
+        scheduler = self.build_scheduler(optimizer)
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval},
+        }

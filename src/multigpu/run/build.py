@@ -1,0 +1,23 @@
+"""Hydra instantiation that surfaces a user's mistake as a ``UserError``, not a traceback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+
+from multigpu.config.errors import UserError
+
+
+def build(node: Any, **kwargs: Any) -> Any:
+    """``instantiate`` that re-raises the ``UserError`` a constructor raised inside Hydra."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as err:
+        cause = err.__cause__
+        while cause is not None and not isinstance(cause, UserError):
+            cause = cause.__cause__
+        if cause is not None:
+            raise cause from None
+        raise

@@ -1,0 +1,70 @@
+"""``evaluate(cfg)``: test accuracy of a checkpoint, through the module's own test step.
+
+The path and the settings are checked first, before torch is imported; then the network is
+rebuilt from the checkpoint's stored settings (never from code in the file) and evaluated by
+Lightning's test loop on one device, the first of ``trainer.devices``, so that evaluation
+during training and here are the same computation. The data is read as the network was trained
+(``normalize`` comes from the checkpoint). ``ckpt_path=latest`` is the newest
+``checkpoints/last.ckpt`` under ``paths.runs_dir``, of any settings, as ``init_from=latest`` is
+for training: evaluation continues no run, so there are no settings to match.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from multigpu.config.errors import UserError
+from multigpu.config.schema import check_types
+from multigpu.config.settings import (
+    cuda_device_count,
+    parse_accelerator,
+    parse_devices,
+    parse_precision,
+    plain,
+)
+from multigpu.run.resume import find_checkpoint
+
+
+def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    if OmegaConf.is_missing(cfg, "ckpt_path"):
+        raise UserError(
+            "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "
+            "(or ckpt_path=latest)"
+        )
+    path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
+    check_types(cfg)
+    cuda_devices = cuda_device_count()
+    accelerator = parse_accelerator(cfg.trainer.accelerator, cuda_devices)
+    device = parse_devices(plain(cfg.trainer.devices), cuda_devices)[0]
+    precision = parse_precision(cfg.trainer.precision, accelerator)
+
+    import pytorch_lightning as pl  # the checks passed: now the heavy part
+
+    from multigpu.run.build import build
+    from multigpu.storage.checkpoint import classifier, load_checkpoint
+
+    checkpoint = load_checkpoint(path)
+    module = classifier(checkpoint, path)
+    data = plain(cfg.data)
+    data.pop("batch_size_per_device", None)  # a training-time scaling rule
+    trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
+    data.update({k: v for k, v in trained_with.items() if k in data})
+    datamodule = build(data)
+    trainer = pl.Trainer(
+        accelerator=accelerator,
+        devices=[device] if accelerator == "cuda" else 1,
+        precision=precision,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        use_distributed_sampler=False,
+    )
+    (result,) = trainer.test(module, datamodule=datamodule, verbose=False)
+    return {
+        "test_acc": result["test/acc"],
+        "samples": len(datamodule.test_set),
+        "epochs_trained": checkpoint.get("epoch", -1) + 1,  # Lightning stores the last index
+        "checkpoint": str(path),  # which one ckpt_path=latest chose
+    }

@@ -1,0 +1,220 @@
+"""Training itself, once the run is resolved: the strategy, data, module and ``Trainer`` built
+from the ``Run``, and Lightning's fit. ``multigpu.run.training.train`` calls it; it is the part that
+imports torch and Lightning."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+import torch.distributed as dist
+from lightning_fabric.plugins.environments import SLURMEnvironment
+from omegaconf import DictConfig
+from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.strategies import SingleDeviceStrategy, Strategy
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+from multigpu.callbacks import (
+    DivergenceGuard,
+    EpochHistory,
+    EpochTimer,
+    HParamsSummary,
+    PhaseTimer,
+)
+from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
+from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
+from multigpu.models.classifier import ImageClassifier
+from multigpu.run.admission import Admission
+from multigpu.run.build import build
+from multigpu.run.interrupts import after_training_notice
+from multigpu.run.launch import requeue_on_warning, slurm_started
+from multigpu.run.outcome import summary_line
+from multigpu.run.quiet import quiet
+from multigpu.run.resume import check_same_run
+from multigpu.storage.checkpoint import (
+    check_fits,
+    check_resumable,
+    load_checkpoint,
+    network_state,
+    stored_settings,
+)
+from multigpu.storage.checkpoint_io import AtomicCheckpointIO
+from multigpu.storage.ckpt_path import LAST
+from multigpu.storage.record import RunRecord
+from multigpu.strategies.ddp import BoundedDDPStrategy
+
+log = logging.getLogger(__name__)
+
+
+def build_strategy(node: DictConfig, run: Run) -> Strategy:
+    """The ``strategy`` group's class with the run's devices: Lightning's single-device
+    strategy takes one, ours a list; for DDP, Lightning places one process per device."""
+    devices = [torch.device(d) for d in run.torch_devices]
+    if run.placement == ONE_DEVICE:  # strategy=single, or auto on one device
+        return SingleDeviceStrategy(device=devices[0])
+    if run.placement == IN_PROCESS:
+        return build(node, parallel_devices=devices)
+    return build(node, start_method=run.start_method)
+
+
+def build_module(node: DictConfig, run: Run) -> ImageClassifier:
+    """The model group as configured, with the learning rate the run resolved."""
+    model = plain(node)
+    model.pop("lr_scaling", None)  # already applied: run.lr, run.warmup_*
+    model["optimizer"]["lr"] = run.lr
+    if run.warmup_epochs:
+        model["warmup"] = {"epochs": run.warmup_epochs, "start_factor": run.warmup_from / run.lr}
+    return build(model, _recursive_=False)
+
+
+def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
+    """The data group as configured, loading the share of the global batch each process loads."""
+    data = plain(node)
+    data.pop("batch_size_per_device", None)  # already applied: run.batch_size
+    data["batch_size"] = run.process_batch_size
+    return build(data)
+
+
+def resume_hint(output_dir: Path) -> str:
+    last = output_dir / "checkpoints" / LAST
+    if last.is_file():
+        return f"resume with ckpt_path={last} (or ckpt_path=latest)"
+    return "no epoch had finished, so there is no checkpoint to resume"
+
+
+def check_classes(module: ImageClassifier, datamodule: pl.LightningDataModule) -> None:
+    """The network's outputs must cover the data's labels; found now, not mid-epoch."""
+    net, classes = module.hparams.net, len(datamodule.class_names)
+    if net.get("num_classes", 10) != classes:
+        raise UserError(
+            f"model.net.num_classes={net.get('num_classes', 10)} but the data has {classes} "
+            f"classes: set model.net.num_classes={classes}"
+        )
+
+
+def start_from(admission: Admission, module: ImageClassifier, cfg: DictConfig) -> None:
+    """A checkpoint to resume from must be intact, of the same run, fit this network and carry
+    training state; one to start from must fit this network, and gives it its weights. All
+    checked before any training (and with ``weights_only``, before Lightning reads it)."""
+    path = admission.ckpt_path or admission.init_from
+    if path is None:
+        return
+    checkpoint = load_checkpoint(path)
+    check_fits(path, checkpoint, module.net, plain(cfg.model.net))
+    if admission.init_from is not None:
+        module.net.load_state_dict(network_state(checkpoint))
+        log.info("starting from the weights of %s", path)
+        return
+    allowed = list(admission.resume.changed) if admission.resume else []
+    check_same_run(path, stored_settings(checkpoint), admission.settings, allowed)
+    check_resumable(path, checkpoint)
+    log.info("resuming from %s", path)
+
+
+# What a failed collective says, by backend: the peer closed its connections (it exited), or
+# did not answer within the timeout (it hangs or was stopped).
+COLLECTIVE_FAILURES = (
+    "gloo", "nccl", "connection closed by peer", "connection reset by peer", "timed out",
+    "processgroup", "broken pipe",
+)  # fmt: skip
+
+
+def is_collective_failure(error: RuntimeError) -> bool:
+    """Whether ``error`` is a collective's that failed because of another process."""
+    text = str(error).lower()
+    return isinstance(error, dist.DistBackendError) or any(m in text for m in COLLECTIVE_FAILURES)
+
+
+def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
+    """Lightning's ``Trainer``; an argument it refuses (say ``+trainer.x`` it does not take)
+    becomes one line."""
+    try:
+        return build(node, _convert_="all", **kwargs)
+    except Exception as err:
+        cause = err.__cause__ or err
+        if isinstance(cause, (MisconfigurationException, TypeError, ValueError)):
+            raise UserError(f"trainer: {summary_line(str(cause))}") from None
+        raise
+
+
+def plugins(run: Run) -> list[Any]:
+    """Atomic checkpoint files; under SLURM, Lightning's SLURM environment without its own
+    requeue on the warning signal (which saves a mid-epoch checkpoint): requeueing is ours,
+    and a requeued job resumes from its last epoch's checkpoint, as any restart does."""
+    found: list[Any] = [AtomicCheckpointIO()]
+    if run.launcher == "cluster" and slurm_started(os.environ):
+        found.append(SLURMEnvironment(auto_requeue=False))
+        requeue_on_warning(os.environ)
+    return found
+
+
+def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
+    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
+    run, ckpt_path = admission.run, admission.ckpt_path
+    quiet()
+    if run.seed is not None:
+        pl.seed_everything(run.seed, workers=True, verbose=False)
+    strategy = build_strategy(cfg.strategy, run)
+    if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
+        strategy.record_failure = record.fail  # a bound method: spawn pickles the strategy
+    datamodule = build_datamodule(cfg.data, run)
+    module = build_module(cfg.model, run)
+    start_from(admission, module, cfg)
+    check_classes(module, datamodule)
+    callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
+    if cfg.get("phases"):
+        callbacks.append(PhaseTimer(output_dir / "phases.json"))
+    trainer = build_trainer(
+        cfg.trainer,
+        accelerator=run.accelerator,
+        devices=run.trainer_devices,
+        num_nodes=run.num_nodes,
+        precision=run.precision,
+        strategy=strategy,
+        callbacks=[
+            EpochTimer(),
+            EpochHistory(record),
+            DivergenceGuard(cfg.check_finite_every_n_steps, output_dir / "checkpoints"),
+            HParamsSummary(record),
+            *callbacks,
+        ],
+        plugins=plugins(run),
+        enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
+        use_distributed_sampler=False,  # the data modules shard for DDP themselves
+        logger=build(cfg.logger) if cfg.get("logger") else False,
+    )
+    sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
+    try:
+        trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
+    except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and to SIGTERM (SIGTERMException)
+        if not trainer.interrupted:
+            raise
+        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        if trainer.fit_loop.done:  # every epoch ran and its checkpoint is written
+            skipped = "the end-of-training work (test figures)"
+            print(after_training_notice(signum.name, skipped), file=sys.stderr)
+            return
+        message = f"interrupted by {signum.name}; {resume_hint(output_dir)}"
+        raise Interrupted(message, exit_code=128 + signum) from None
+    except WriteFailed as err:
+        add_note(err, resume_hint(output_dir))
+        raise
+    except RuntimeError as err:  # a collective's, when the process that failed was another
+        peer = getattr(strategy, "peer_failure", None)
+        if peer is None and not (run.processes > 1 and is_collective_failure(err)):
+            raise
+        cause = f"{type(err).__name__}: {summary_line(str(err))}"
+        rank = trainer.global_rank
+        if peer is None:
+            peer = "a collective failed: another process of the run ended or stopped first"
+        raise PeerFailed(f"{peer}; rank {rank} then stopped with {cause}") from err
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, sigint_handler)

@@ -1,0 +1,157 @@
+"""What the launcher's environment says about this process: whether a cluster launcher (torchrun,
+SLURM's srun, a submitit job) started it as one of many, how many, how often it was restarted,
+and the run folder's name that every process of the run derives alike. Torch-free.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+
+from multigpu.config.errors import UserError
+
+log = logging.getLogger(__name__)
+
+# torchrun sets these for every worker (Lightning 2.6's TorchElasticEnvironment.detect).
+TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def torchrun_started(environ: Mapping[str, str]) -> bool:
+    return all(name in environ for name in TORCHRUN_VARIABLES)
+
+
+def slurm_started(environ: Mapping[str, str]) -> bool:
+    """srun (or a submitit job) outside an interactive allocation (as Lightning 2.6's
+    SLURMEnvironment.detect decides)."""
+    interactive = environ.get("SLURM_JOB_NAME") in ("bash", "interactive")
+    return "SLURM_NTASKS" in environ and not interactive
+
+
+def cluster_started(environ: Mapping[str, str]) -> bool:
+    """A cluster launcher already started one process per device."""
+    return torchrun_started(environ) or slurm_started(environ)
+
+
+def restart_count(environ: Mapping[str, str]) -> int:
+    """How many times the launcher restarted this run: torchrun's elastic restarts, or SLURM
+    requeues (after preemption, a time limit's warning, ``scontrol requeue``)."""
+    for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
+        if environ.get(name, "").isdigit():
+            return int(environ[name])
+    return 0
+
+
+# Overrides that say where a run reads and writes, or how it shows: no part of its name.
+UNNAMED_NODES = ("hydra", "paths", "callbacks", "logger")
+UNNAMED_KEYS = ("data.root", "data.source", "data.download", "data.num_workers")
+# Characters of the overrides in a run's name, whole ones, then "-etc".
+MAX_LABEL = 40
+
+
+def label_part(key: str, value: str) -> str:
+    """``key_value`` in the characters a Hydra override takes unquoted, so that the run's
+    checkpoint path can be passed back as it is printed (``ckpt_path=outputs/...``): a list's
+    items joined by ``+`` (``devices_0+1``), anything else that is not a letter, digit or
+    ``._-+@%`` as ``_``."""
+    value = re.sub(r"[\[\]{}()'\"]", "", value).replace(",", "+")
+    return re.sub(r"[^\w.\-+@%]", "_", f"{key}_{value}")
+
+
+def run_label(overrides: Iterable[str]) -> str:
+    """What the command line changed (``lr_0.2-devices_2``): each override's key by its last
+    part, as a sweep's jobs are named (``multigpu.run.job_names``), and a file by its name, leaving
+    out the ``UNNAMED_NODES`` and ``UNNAMED_KEYS``; at most ``MAX_LABEL`` characters. The
+    parts are joined by ``-``, the one character after which TensorBoard's run list (about 28
+    characters wide) breaks a line: a longer stretch would be cut there, and would widen the
+    column for every run."""
+    from multigpu.run.job_names import short_names
+
+    values = {}  # a key given twice counts once, with the value Hydra takes: the last
+    for override in overrides:
+        key, _, value = str(override).lstrip("+~").partition("=")
+        if re.split(r"[./]", key, maxsplit=1)[0] not in UNNAMED_NODES and key not in UNNAMED_KEYS:
+            values[key] = value.rstrip("/").rsplit("/", 1)[-1]
+    names = short_names(list(values))
+    parts = [label_part(names[key].rsplit("/", 1)[-1], value) for key, value in values.items()]
+    label = "-".join(parts)
+    while len(label) > MAX_LABEL and len(parts) > 1:
+        parts.pop()
+        label = "-".join([*parts, "etc"])
+    if len(label) > MAX_LABEL:
+        label = label[: MAX_LABEL - 4] + "-etc"
+    return label.rstrip(".")  # TensorBoard takes a run named "x." for a run "." inside "x"
+
+
+def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] = ()) -> str:
+    """The run folder's name, the same in every process of a run without any talking: SLURM's
+    job (array task) and step, torchrun's run id (``--rdzv-id``; ``--standalone`` makes one),
+    else the start time, to the microsecond (which keeps two runs started in the same second
+    apart), then what the command line ``overrides`` changed (``run_label``):
+    ``2026-11-25/12-32-46.813825-lr_0.2-devices_2``."""
+    environ = os.environ if environ is None else environ
+    if slurm_started(environ) and "SLURM_JOB_ID" in environ:
+        job = environ.get("SLURM_ARRAY_JOB_ID")
+        job = f"{job}_{environ['SLURM_ARRAY_TASK_ID']}" if job else environ["SLURM_JOB_ID"]
+        return f"slurm-{job}.{environ.get('SLURM_STEP_ID', 'batch')}"
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
+    if torchrun_started(environ) and run_id != "none":
+        return f"torchrun-{run_id}"
+    started = datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
+    label = run_label(overrides or ())
+    return f"{started}-{label}" if label else started
+
+
+def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_device: bool) -> None:
+    """The processes a cluster launcher started must be the ones the config asks for: one per
+    device under DDP (``trainer.devices`` x ``trainer.num_nodes``), else one."""
+    if torchrun_started(environ):
+        started = int(environ.get("WORLD_SIZE", "1"))
+        on_node = int(environ.get("LOCAL_WORLD_SIZE", "1"))
+        fix = f"torchrun --nproc_per_node={per_node} --nnodes={nodes}"
+    elif slurm_started(environ):
+        started = int(environ.get("SLURM_NTASKS", "1"))
+        on_node = int(re.match(r"\d*", environ.get("SLURM_NTASKS_PER_NODE", ""))[0] or 0)
+        fix = f"#SBATCH --nodes={nodes} --ntasks-per-node={per_node}"
+        if per_device and not on_node and started > 1:
+            raise UserError(
+                f"SLURM started {started} tasks without --ntasks-per-node: Lightning places "
+                f"one process per device on each node from it: use {fix}"
+            )
+    else:
+        return
+    if not per_device:
+        if started > 1:
+            raise UserError(
+                f"the launcher started {started} processes, but this strategy runs in one: "
+                "use strategy=ddp for one process per device, or start one process"
+            )
+        return
+    if started != per_node * nodes or (on_node and on_node != per_node):
+        raise UserError(
+            f"the launcher started {started} processes ({on_node or '?'} per node), but "
+            f"trainer.devices={per_node} x trainer.num_nodes={nodes} asks for "
+            f"{per_node * nodes}: use {fix}, or change trainer.devices / trainer.num_nodes"
+        )
+
+
+def requeue_on_warning(environ: Mapping[str, str]) -> None:
+    """SLURM's warning before a time limit (``#SBATCH --signal=USR1@90``) requeues the job;
+    SLURM then stops it, and the requeued job resumes from its last checkpoint. Under a
+    submitit job, submitit's own handler does this instead."""
+    if not slurm_started(environ) or "SUBMITIT_EXECUTOR" in environ:
+        return
+    job = environ.get("SLURM_ARRAY_JOB_ID")
+    job = f"{job}_{environ['SLURM_ARRAY_TASK_ID']}" if job else environ.get("SLURM_JOB_ID")
+    is_rank_zero = environ.get("SLURM_PROCID", "0") == "0"
+
+    def requeue(signum: int, frame: object) -> None:  # every task gets it; one asks
+        if is_rank_zero and job:
+            log.warning("SLURM's warning signal: requeueing job %s", job)
+            subprocess.run(["scontrol", "requeue", job], check=False)
+
+    signal.signal(signal.SIGUSR1, requeue)

@@ -1,0 +1,88 @@
+"""Every piece of Lightning this package restates, and every private name of Lightning it uses,
+in one place: after an upgrade of Lightning this is the one file to read again.
+
+``RESTATED`` and ``PRIVATE`` give, for each original, the SHA-256 of its source as installed when
+this file was last checked against it; ``tests/test_lightning_compat.py`` fails as soon as the
+installed Lightning's source of any of them differs, naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
+from lightning_fabric.utilities.logger import _convert_params, _flatten_dict
+from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
+from pytorch_lightning.trainer.connectors.signal_connector import _get_sigkill_signal
+
+__all__ = [
+    "SubprocessScriptLauncher",
+    "convert_params",
+    "flatten_dict",
+    "get_sigkill_signal",
+    "launch_children",
+    "strategy_backward",
+]
+
+SubprocessScriptLauncher = _SubprocessScriptLauncher  # one train.py per further device
+convert_params, flatten_dict = _convert_params, _flatten_dict  # hparams as TensorBoard takes them
+get_sigkill_signal = _get_sigkill_signal  # SIGKILL, or what Windows has instead
+
+# The originals restated below, and the private names above: their sources' digests.
+LAUNCHERS = "pytorch_lightning.strategies.launchers.subprocess_script"
+RESTATED = {
+    "pytorch_lightning.strategies.strategy.Strategy.backward": (
+        "627cfe60660857e3f1bffeef34d5659ca31538c6c49962ac474608861634b3b9"
+    ),
+    f"{LAUNCHERS}._SubprocessScriptLauncher.launch": (
+        "401529edcc28ddb32662124356c2ea1470ab07188418d708bfc82e773613ffd9"
+    ),
+}
+PRIVATE = {
+    "lightning_fabric.utilities.distributed._set_num_threads_if_needed": (
+        "3b275a72d03b92cdf54d903d84e8ee1e530ded48786e380eb1d6c1196fca971e"
+    ),
+    "lightning_fabric.utilities.logger._convert_params": (
+        "c34757d6c25baed6b1aebcf301f9807897b77ba6994fed0510928f0d1c7e587d"
+    ),
+    "lightning_fabric.utilities.logger._flatten_dict": (
+        "3d19375f760f98d1500e3ed186f9a80e7f2f545b7ccfce7d861499931c12b950"
+    ),
+    f"{LAUNCHERS}._SubprocessScriptLauncher": (
+        "d8317c3c2b3fc7a8e1b74ad9b3a8bf53e55225c697ea764607388633834b4bf0"
+    ),
+    "pytorch_lightning.trainer.connectors.signal_connector._get_sigkill_signal": (
+        "c74a43b1f37341350458f084e9b8947365a47048e0a46a78c4e68aab496d7885"
+    ),
+}
+
+
+def strategy_backward(
+    strategy: Any, closure_loss: Any, optimizer: Any, between: Callable[[], None], *args, **kwargs
+) -> Any:
+    """``Strategy.backward`` as Lightning 2.6 has it, with ``between()`` called between the
+    precision plugin's backward and its post-backward (which calls ``on_after_backward``): no
+    hook of Lightning's sits at that point."""
+    module = strategy.lightning_module
+    strategy.pre_backward(closure_loss)
+    closure_loss = strategy.precision_plugin.pre_backward(closure_loss, module)
+    strategy.precision_plugin.backward(closure_loss, module, optimizer, *args, **kwargs)
+    between()
+    closure_loss = strategy.precision_plugin.post_backward(closure_loss, module)
+    strategy.post_backward(closure_loss)
+    return closure_loss
+
+
+def launch_children(
+    launcher: _SubprocessScriptLauncher, function: Callable, *args, watch: Callable[[], None]
+) -> Any:
+    """``_SubprocessScriptLauncher.launch`` as Lightning 2.6 has it, with ``watch()`` started
+    in place of its process observer (which kills rank 0 while rank 0 records how the run
+    ended)."""
+    launcher.cluster_environment.validate_settings(launcher.num_processes, launcher.num_nodes)
+    if not launcher.cluster_environment.creates_processes_externally:
+        launcher._call_children_scripts()
+        watch()
+    _set_num_threads_if_needed(num_processes=launcher.num_processes)
+    return function(*args)

@@ -1,0 +1,48 @@
+"""How a run ended: one mapping from an exception to (status, reason, exit code).
+
+Torch-free, so that the entry points and the sweep use it without importing Lightning.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+
+from multigpu.config.errors import RunStopped, UserError, message
+
+REASON_CHARS = 500
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str  # completed, interrupted, diverged or failed
+    reason: str | None  # the one line saying why it did not complete
+    exit_code: int
+
+
+COMPLETED = Outcome("completed", None, 0)
+
+
+def summary_line(text: str) -> str:
+    """The line that says what went wrong: the first non-empty one, or, when the text carries a
+    traceback (a worker process's error, re-raised), the error at its end."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return lines[-1][:REASON_CHARS]
+    return lines[0][:REASON_CHARS]
+
+
+def outcome_of(error: BaseException) -> Outcome:
+    """Our own errors carry their status and exit code; Ctrl-C and SIGTERM that reach here
+    unconverted are interruptions; anything else is a failure (a bug or a broken environment)."""
+    if isinstance(error, (UserError, RunStopped)):
+        return Outcome(error.status, summary_line(message(error)), error.exit_code)
+    if isinstance(error, KeyboardInterrupt):
+        return Outcome("interrupted", "interrupted by SIGINT", 128 + signal.SIGINT)
+    if type(error).__name__ == "SIGTERMException":  # Lightning's, without importing Lightning
+        return Outcome("interrupted", "interrupted by SIGTERM", 128 + signal.SIGTERM)
+    detail = summary_line(str(error))
+    reason = f"{type(error).__name__}: {detail}" if detail else type(error).__name__
+    return Outcome("failed", reason[:REASON_CHARS], 1)

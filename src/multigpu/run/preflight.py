@@ -1,0 +1,123 @@
+"""Hydra's callbacks before anything is written: a run, or every job of a sweep, is admitted
+(``multigpu.run.admission``) before Hydra creates its folder and writes its config there, so a
+refused run or sweep leaves nothing on disk and touches no existing folder. An admitted single
+run owns its folder from here on; a sweep owns its sweep folder.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from multigpu.config.errors import UserError, WriteFailed, message
+from multigpu.config.settings import Machine
+from multigpu.run.admission import admit, finished_notice
+from multigpu.run.cli import hydra_runtime
+from multigpu.run.job_names import job_folder_name, swept_keys
+from multigpu.run.training import remember
+from multigpu.storage.atomic import check_creatable
+from multigpu.storage.ownership import acquire
+from multigpu.storage.record import is_rank_zero
+
+BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
+
+
+def refuse(text: str, exit_code: int) -> None:
+    """One line, then exit: ``error: ...`` for a mistake, the notice alone for exit 0."""
+    print(f"error: {text}" if exit_code else text, file=sys.stderr, flush=True)
+    sys.exit(exit_code)
+
+
+def with_output_dir(config: DictConfig, folder: Path) -> DictConfig:
+    """The job's config as its run will see it: ``paths.output_dir`` is Hydra's runtime
+    folder, which Hydra sets only once it creates it."""
+    config = copy.deepcopy(config)
+    with open_dict(config):
+        OmegaConf.update(config, "paths.output_dir", str(folder), force_add=True)
+    return config
+
+
+def check_creatable_folder(folder: str, key: str) -> None:
+    try:
+        check_creatable(folder)
+    except WriteFailed as err:
+        refuse(f"{err}: pass a writable {key}", UserError.exit_code)
+
+
+def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
+    """Each job's overrides, as Hydra's basic sweeper will launch them; None for a sweeper
+    that chooses its jobs as it goes (Optuna), whose jobs are admitted one by one."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
+        return None
+    params = config.hydra.sweeper.get("params") or {}
+    arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    parsed = OverridesParser.create().parse_overrides(arguments)
+    return [list(job) for job in BasicSweeper.split_arguments(parsed, None)[0]]
+
+
+def check_sweep(config: DictConfig) -> None:
+    """Every job's config and folder, before the first job starts: a sweep with jobs that
+    cannot run is refused in one line that lists them."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    jobs = sweep_jobs(config)
+    if not jobs:
+        return
+    loader = GlobalHydra.instance().config_loader()
+    keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
+    names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
+    problems = [
+        f"jobs {a} and {b} would share the folder {names[a]}"
+        for a in range(len(names))
+        for b in range(a + 1, len(names))
+        if names[a] == names[b]
+    ]
+    sweep_dir = Path(config.hydra.sweep.dir)
+    machine = Machine.this(multirun=True)
+    for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
+        job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
+        try:
+            admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
+        except UserError as err:
+            problems.append(f"job {number} ({name}): {message(err)}")
+    if problems:
+        refuse(
+            f"{len(problems)} of {len(jobs)} jobs cannot run, so none was started: "
+            + " | ".join(problems),
+            UserError.exit_code,
+        )
+
+
+class Preflight(Callback):
+    """Admit the run (or the sweep's jobs) before Hydra writes anything."""
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        folder = Path(config.hydra.run.dir)
+        check_creatable_folder(str(folder), "hydra.run.dir")
+        try:
+            cfg = with_output_dir(config, folder)
+            admission = admit(cfg, hydra_runtime(cfg)[0], Machine.this(False), folder,
+                              is_rank_zero())  # fmt: skip
+            if admission.finished is not None:
+                raise finished_notice(folder, admission.finished)
+            if is_rank_zero():
+                acquire(folder)  # held until this process ends
+        except UserError as err:
+            refuse(message(err), err.exit_code)
+        remember(folder, admission)
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_creatable_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
+        check_sweep(config)
+        try:
+            acquire(config.hydra.sweep.dir)  # one sweep at a time in a sweep folder
+        except UserError as err:
+            refuse(message(err).replace("hydra.run.dir", "hydra.sweep.dir"), err.exit_code)

@@ -1,0 +1,67 @@
+"""Keep the terminal about the user's run: silence what Lightning and torch print on every run
+that asks nothing of the user and changes nothing in it.
+
+- Lightning's advertisement for its cloud logger, printed at every start;
+- torch's deprecation of ``LeafSpec``, which Lightning's own code triggers (not fixable here);
+- the hint to prefix ``srun`` whenever Slurm is installed, also for runs that are not jobs
+  (a run that is a Slurm job is checked against its tasks in ``multigpu.config.settings``);
+- ``log_every_n_steps`` larger than an epoch: only epoch-level values are logged here;
+- Lightning's device report (``GPU available: False, used: False``, ``TPU available: ...``,
+  ``trainer/setup.py``): the run's own first line says what it runs on;
+- the fit loop's "Trainer.fit stopped: max_epochs=2 reached" (or ``max_steps``): the closing
+  lines say how the run ended, and this one was printed onto the progress bar's last line
+  ("stopped: No training batches" stays: it says something is wrong);
+- DDP's "Initializing distributed: GLOBAL_RANK ..." per process and its backend banner: the
+  run's first line gives the processes and who started them;
+- "Loading `train_dataloader` to estimate number of stepping batches.", printed when a
+  scheduler stepped per optimizer step asks for the epoch's length.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+# (category, start of the message) of each warning left out.
+WARNINGS = (
+    (FutureWarning, r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    (UserWarning, r"The `srun` command is available on your system but is not used"),
+    (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
+)
+# The start of each Lightning info line left out ("GPU available but not used" is a warning,
+# which stays: it asks something of the user).
+LOG_MESSAGES = (
+    "💡 Tip:",
+    "GPU available: ",
+    "TPU available: ",
+    "`Trainer.fit` stopped: `max_epochs=",
+    "`Trainer.fit` stopped: `max_steps=",
+    "Initializing distributed: ",
+    "Loading `train_dataloader` to estimate number of stepping batches",
+    "-" * 100 + "\ndistributed_backend=",
+)
+LIGHTNING_LOGGERS = (
+    "pytorch_lightning.utilities.rank_zero",
+    "lightning_fabric.utilities.rank_zero",
+    "lightning_fabric.utilities.distributed",
+)
+
+
+class DropMessages(logging.Filter):
+    def __init__(self, starts: tuple[str, ...]):
+        super().__init__()
+        self.starts = starts
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.starts)
+
+
+def quiet() -> None:
+    """Install the filters in this process (each entry point calls it, so spawned and
+    re-launched DDP workers do too); idempotent."""
+    for category, message in WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+    for name in LIGHTNING_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropMessages) for f in logger.filters):
+            logger.addFilter(DropMessages(LOG_MESSAGES))

@@ -1,0 +1,236 @@
+"""Which checkpoint a run starts from, and whether it may.
+
+A resume (``ckpt_path``) continues the same computation: the checkpoint's settings
+(``multigpu.config.computation``) must equal the run's, except the keys named in ``resume_changes``
+(a deliberate change, e.g. a longer cosine schedule: ``resume_changes=[model.scheduler.T_max]``),
+which the new record lists. ``ckpt_path=latest`` is the newest checkpoint *of this run's
+settings*. Starting a new run from a checkpoint's weights alone, with its own settings,
+optimizer and record, is another option: ``init_from``.
+
+The settings of a candidate for ``latest`` are read from the ``metrics.json`` of its run (no
+torch needed); the checkpoint chosen is then read whole (``multigpu.storage.checkpoint``), and
+its own settings are what is compared.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from multigpu.config.computation import as_text, describe, differences
+from multigpu.config.errors import NothingToDo, UserError
+from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
+from multigpu.storage.record_file import BadRecord, read_record
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A checkpoint to continue from: its path, the finished epochs it holds, the settings it
+    was trained with, and the differences ``resume_changes`` allowed."""
+
+    path: Path
+    epochs: int
+    settings: dict[str, Any]
+    changed: dict[str, tuple] = field(default_factory=dict)
+
+    def record(self) -> dict[str, Any]:
+        """What the new run's ``metrics.json`` says of it (``resumed_from``)."""
+        return {
+            "checkpoint": str(self.path),
+            "epochs": self.epochs,
+            "changed": {k: {"from": old, "to": new} for k, (old, new) in self.changed.items()},
+        }
+
+
+def record_beside(checkpoint: Path) -> dict[str, Any] | None:
+    """The record of the run a ``<run>/checkpoints/last.ckpt`` belongs to, if readable."""
+    try:
+        return read_record(checkpoint.parent.parent / "metrics.json")
+    except BadRecord:
+        return None
+
+
+def newest_checkpoints(runs_dir: Path) -> list[Path]:
+    """Every ``checkpoints/last.ckpt`` under ``runs_dir``, newest first."""
+    found = []
+    for path in runs_dir.glob(f"**/checkpoints/{LAST}"):
+        try:
+            if path.is_file():
+                found.append((path.stat().st_mtime, path))
+        except OSError:
+            continue
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]) -> Path:
+    """The newest checkpoint under ``runs_dir`` whose run has these settings (but for
+    ``allowed`` keys); none: one line naming the newest there is and how it differs."""
+    runs_dir = Path(runs_dir)
+    candidates = newest_checkpoints(runs_dir)
+    if not candidates:
+        raise UserError(
+            f"ckpt_path=latest found no checkpoints/{LAST} under {runs_dir}/: train a run "
+            f"first, or pass ckpt_path=<run>/checkpoints/{LAST}"
+        )
+    for path in candidates:
+        saved = (record_beside(path) or {}).get("settings")
+        if isinstance(saved, dict) and not refused_changes(saved, settings, allowed):
+            return path
+    newest = candidates[0]
+    saved = (record_beside(newest) or {}).get("settings")
+    how = (
+        f"it differs: {describe(refused_changes(saved, settings, allowed))}"
+        if isinstance(saved, dict)
+        else "its run's metrics.json records no settings"
+    )
+    raise UserError(
+        f"ckpt_path=latest found no checkpoint of this run's settings under {runs_dir}/ (the "
+        f"newest is {newest}; {how}): to start a new run from its weights pass "
+        f"init_from={newest}, or pass ckpt_path=<file> of a run with these settings"
+    )
+
+
+def refused_changes(
+    saved: dict[str, Any], current: dict[str, Any], allowed: list[str]
+) -> dict[str, tuple]:
+    """The differences that ``allowed`` (keys, or nodes: ``model.scheduler``) does not cover."""
+
+    def covered(key: str) -> bool:
+        return any(key == a or key.startswith(f"{a}.") for a in allowed)
+
+    return {k: v for k, v in differences(saved, current).items() if not covered(k)}
+
+
+def check_same_run(
+    path: Path, saved: dict[str, Any] | None, current: dict[str, Any], allowed: list[str]
+) -> dict[str, tuple]:
+    """The differences a resume makes (all allowed); a difference not allowed is refused by
+    name, with the two ways forward."""
+    if saved is None:
+        raise UserError(
+            f"ckpt_path={path} records no settings (written by an older version), so resuming "
+            f"it cannot be checked to continue the same run: pass init_from={path} to start a "
+            "new run from its weights"
+        )
+    check_allowed_keys(allowed, saved, current)
+    refused = refused_changes(saved, current, allowed)
+    if refused:
+        keys = ",".join(refused)
+        raise UserError(
+            f"ckpt_path={path} was trained with other settings ({describe(refused)}): a "
+            f"resume continues the same run; pass resume_changes=[{keys}] to change "
+            f"{'it' if len(refused) == 1 else 'them'} deliberately, or init_from={path} to "
+            "start a new run from its weights"
+        )
+    return differences(saved, current)
+
+
+def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[str, Any]):
+    """Each ``resume_changes`` entry names a setting (or a node of them) of either side: a
+    misspelt one would allow nothing, silently."""
+    keys = set(saved) | set(current)
+    for name in allowed:
+        if not any(k == name or k.startswith(f"{name}.") for k in keys):
+            close = difflib.get_close_matches(name, sorted(keys), n=3)
+            hint = (
+                f"did you mean {' or '.join(close)}?"
+                if close
+                else "use a key of the run's settings"
+            )
+            raise UserError(
+                f"resume_changes names {name}, which is not a setting of this run: {hint} "
+                "(the keys are listed under settings in its metrics.json)"
+            )
+
+
+def check_something_to_train(path: Path, epochs: int, max_epochs: int | None) -> None:
+    if max_epochs is not None and max_epochs != -1 and epochs >= max_epochs:
+        raise NothingToDo(
+            f"ckpt_path={path} already holds {epochs} epoch(s) and trainer.max_epochs="
+            f"{max_epochs}: nothing to train (nothing was written); to train on, pass a larger "
+            "trainer.max_epochs"
+        )
+
+
+def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowed) -> Path:
+    """``ckpt_path``/``init_from`` as a checkpoint file: ``latest`` is the newest of these
+    settings for a resume (``settings`` given), the newest of any for ``init_from``."""
+    if str(value) != LATEST:
+        return checkpoint_file(value, key)
+    if settings is not None:
+        return latest_of(runs_dir, settings, allowed)
+    candidates = newest_checkpoints(Path(runs_dir))
+    if not candidates:
+        raise UserError(
+            f"{key}=latest found no checkpoints/{LAST} under {runs_dir}/: pass {key}=<file>"
+        )
+    return candidates[0]
+
+
+def plan_resume(
+    ckpt_path: Any,
+    runs_dir: str | Path,
+    settings: dict[str, Any],
+    allowed: list[str],
+    max_epochs: int | None,
+    net: dict[str, Any],
+) -> Resume:
+    """The checkpoint a resume continues, read whole and checked against the run, its
+    network included (``net``: the configured ``model.net``), before anything is written."""
+    path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
+    # torch: only once there is a file to read
+    from multigpu.storage.checkpoint import check_resumable, finished_epochs, stored_settings
+
+    checkpoint = read_fitting(path, net, "ckpt_path")
+    check_resumable(path, checkpoint)
+    saved = stored_settings(checkpoint)
+    changed = check_same_run(path, saved, settings, allowed)
+    epochs = finished_epochs(checkpoint)
+    check_something_to_train(path, epochs, max_epochs)
+    if changed:
+        log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
+    return Resume(path, epochs, saved, changed)
+
+
+def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Path:
+    """The checkpoint whose weights a new run starts from: read whole and fitted to the
+    configured network now, so that a bad file is refused before anything is written."""
+    path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
+    read_fitting(path, net, "init_from")
+    return path
+
+
+def read_fitting(path: Path, net: dict[str, Any], key: str) -> dict[str, Any]:
+    """The checkpoint at ``path``, whose weights fit the network ``net`` describes; every
+    refusal names ``key`` (the checkpoint reader's lines say ``ckpt_path``)."""
+    from multigpu.models import resnet18
+    from multigpu.storage.checkpoint import check_fits, load_checkpoint
+
+    try:
+        checkpoint = load_checkpoint(path)
+        settings = {k: v for k, v in net.items() if not k.startswith("_")}
+        check_fits(path, checkpoint, resnet18(**settings), settings)
+    except UserError as err:
+        if key == "ckpt_path":
+            raise
+        raise UserError(str(err).replace(f"ckpt_path={path}", f"{key}={path}")) from None
+    return checkpoint
+
+
+def allowed_changes(value: Any) -> list[str]:
+    """``resume_changes``: a list of dotted keys (or nodes)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) and k for k in value):
+        raise UserError(
+            f"resume_changes={as_text(value)} must be a list of settings, e.g. "
+            "resume_changes=[model.scheduler.T_max]"
+        )
+    return list(value)

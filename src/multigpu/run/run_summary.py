@@ -1,0 +1,48 @@
+"""The lines a run ends with in the terminal: how it did, where it is, how to look at it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+def shown_path(path: str | Path) -> str:
+    """``path`` as the user would type it from here: relative when below the working folder."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def tensorboard_line(folder: str | Path) -> str:
+    return f"look at it: tensorboard --logdir {shown_path(folder)}"
+
+
+def has_tensorboard_logs(folder: Path) -> bool:
+    return any(folder.rglob("events.out.tfevents.*"))
+
+
+def _accuracy(value: float | None) -> str:
+    return "none" if value is None else f"{value:.4f}"
+
+
+def closing_lines(record: dict[str, Any], output_dir: str | Path) -> list[str]:
+    """A finished run's final and best test accuracy, speed (``multigpu.storage.record.speed``), its
+    folder and, when it wrote TensorBoard logs, the command that shows them."""
+    output_dir = Path(output_dir)
+    epochs = record.get("epochs") or 0
+    result = f"test accuracy {_accuracy(record.get('test_acc'))} after {epochs} epoch(s)"
+    if record.get("best_test_acc") not in (None, record.get("test_acc")):
+        result += f" (best {_accuracy(record['best_test_acc'])} at epoch {record['best_epoch']})"
+    if record.get("epoch_s"):
+        result += f"; {record['epoch_s']:.1f} s/epoch, {record['samples_per_s']:,.0f} samples/s"
+    lines = [result, f"run folder: {shown_path(output_dir)}"]
+    if has_tensorboard_logs(output_dir):
+        lines.append(tensorboard_line(output_dir))
+    return lines
+
+
+def print_closing_lines(record: dict[str, Any], output_dir: str | Path) -> None:
+    print("\n" + os.linesep.join(closing_lines(record, output_dir)), flush=True)

@@ -1,0 +1,148 @@
+"""``train(cfg)``: the whole run as a plain function, callable from tests and from ``train.py``.
+
+The run is admitted first (``multigpu.run.admission``: the config, its folder, the checkpoint it
+starts from), before torch and Lightning are imported when it starts from no checkpoint; from
+the command line that happened before Hydra created the folder, and is not done twice. Then
+``multigpu.run.fit`` trains. ``train`` owns the run's folder and record while it runs: however the
+run ends, ``metrics.json`` says how, or the error line says that it could not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from multigpu.config.errors import (
+    NothingToDo,
+    OccupiedFolder,
+    UserError,
+    WriteFailed,
+    add_note,
+    message,
+)
+from multigpu.config.settings import Machine, Run, resolve_run
+from multigpu.run.admission import Admission, admit, finished_notice
+from multigpu.run.cli import hydra_runtime
+from multigpu.run.interrupts import sigterm_interrupts
+from multigpu.run.outcome import COMPLETED, outcome_of
+from multigpu.storage.atomic import check_writable
+from multigpu.storage.ownership import is_free, owning
+from multigpu.storage.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, record_ending
+
+log = logging.getLogger(__name__)
+_admitted: dict[Path, Admission] = {}  # decided before Hydra made the folder (preflight.Preflight)
+
+
+def resolve(cfg: DictConfig) -> Run:
+    """The run's settings, on this machine."""
+    choices, multirun = hydra_runtime(cfg)
+    return resolve_run(cfg, choices, Machine.this(multirun))
+
+
+def admit_run(cfg: DictConfig, output_dir: Path) -> Admission:
+    """Whether and how this run starts, on this machine (``multigpu.run.admission``)."""
+    choices, multirun = hydra_runtime(cfg)
+    return admit(cfg, choices, Machine.this(multirun), output_dir, is_rank_zero())
+
+
+def remember(output_dir: Path, admission: Admission) -> None:
+    """Keep what was decided before Hydra created the folder, for ``train`` to use once."""
+    _admitted[output_dir.absolute()] = admission
+
+
+def output_folders(cfg: DictConfig, output_dir: Path) -> list[Path]:
+    """The run's folder, and the checkpoints' folder when checkpoints are written."""
+    checkpoint = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    return [output_dir, *([Path(checkpoint["dirpath"])] if checkpoint.get("dirpath") else [])]
+
+
+def check_folders(cfg: DictConfig, output_dir: Path) -> None:
+    """An unwritable checkpoints' folder is refused now, before any training."""
+    try:
+        for folder in output_folders(cfg, output_dir)[1:]:
+            check_writable(folder)
+    except WriteFailed as err:
+        raise UserError(f"{err}; nothing was trained: pass a writable hydra.run.dir") from None
+
+
+def finish(record: RunRecord, error: BaseException) -> None:
+    """Record how the run ended; if even that cannot be written, the error line says so. A
+    rank other than 0 records it when rank 0, the record's owner, has gone (killed)."""
+    try:
+        record.finish(outcome_of(error))
+        if not is_rank_zero() and owner_gone(record.path.parent):
+            record_ending(record.path, outcome_of(error))
+    except WriteFailed as unwritten:
+        if str(record.path) not in message(error):  # else the line already names it
+            add_note(error, f"{record.path.name} could not be updated either ({unwritten})")
+
+
+def owner_gone(folder: Path, wait_s: float = 3.0) -> bool:
+    """Whether the folder's owner has ended, waiting a moment: a peer sees rank 0's sockets
+    close just before its process is gone."""
+    deadline = time.monotonic() + wait_s
+    while not is_free(folder):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def start_record(
+    output_dir: Path, admission: Admission, cfg: DictConfig, started: float
+) -> RunRecord:
+    """The run's record; ``started``: ``time.monotonic()`` when the run started, the clock of
+    its time to accuracy (docs/records.md, "Time to accuracy")."""
+    resume = admission.resume
+    targets = cfg.get("time_to_targets")
+    return RunRecord(
+        output_dir / "metrics.json",
+        admission.run.record(),
+        settings=admission.settings,
+        started=started,
+        resumed_from=resume.record() if resume else None,
+        init_from=str(admission.init_from) if admission.init_from else None,
+        time_to_targets=TIME_TO_TARGETS if targets is None else [float(t) for t in targets],
+    )
+
+
+def train(cfg: DictConfig) -> dict[str, Any]:
+    """Train and evaluate as configured; return the final record (also in ``metrics.json``).
+    A run that is refused writes nothing; one that starts owns its folder until it ends."""
+    started = time.monotonic()  # before the data is touched: the clock of time to accuracy
+    output_dir = Path(cfg.paths.output_dir)
+    try:
+        admission = _admitted.pop(output_dir.absolute(), None) or admit_run(cfg, output_dir)
+    except UserError as error:
+        if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
+            record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
+        raise
+    if admission.finished is not None:
+        if hydra_runtime(cfg)[1]:  # a sweep run again: the job is skipped
+            log.info("%s", finished_notice(output_dir, admission.finished))
+            return admission.finished
+        raise finished_notice(output_dir, admission.finished)
+    if is_rank_zero():  # the layout once, not once per process
+        log.info(admission.run.describe())
+    if admission.continued is not None:
+        log.info("continuing this run from its own checkpoint %s", admission.continued)
+    with owning(output_dir) if is_rank_zero() else nullcontext(), sigterm_interrupts():
+        record = start_record(output_dir, admission, cfg, started)
+        try:
+            record.claim(admission.history)
+            if is_rank_zero():  # only rank 0 writes in the run's folder
+                check_folders(cfg, output_dir)
+            from multigpu.run.fit import (
+                fit,  # torch and Lightning: only once the config is known good
+            )
+
+            fit(cfg, admission, record, output_dir)
+        except BaseException as error:
+            finish(record, error)
+            raise
+        return record.finish(COMPLETED)

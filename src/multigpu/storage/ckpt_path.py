@@ -1,0 +1,53 @@
+"""Where ``ckpt_path`` points, checked before anything heavy is imported: a folder or a missing
+file is refused with what to pass instead (``latest``: ``multigpu.run.resume``)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+from multigpu.config.errors import UserError
+
+LATEST = "latest"
+LAST = "last.ckpt"  # after every finished epoch (callbacks.LastCheckpoint)
+SETTINGS = "settings"  # the checkpoint's key for its run's settings (multigpu.config.computation)
+PREVIOUS = "previous.ckpt"  # the one before it, kept for when last.ckpt is damaged
+
+
+def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
+    """``ckpt_path`` (or ``key``'s path) as an existing regular file, judged from its metadata
+    alone (``stat``): a named pipe or a device is refused before anything opens it (reading a
+    pipe would block)."""
+    if not str(ckpt_path).strip():
+        raise UserError(f"{key} is empty: pass a .ckpt file, e.g. {key}=<run>/checkpoints/{LAST}")
+    path = Path(ckpt_path).expanduser()
+    example = f"e.g. outputs/<date>/<time>/checkpoints/{LAST}"
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise UserError(f"{key}={path} does not exist: pass a .ckpt file, {example}") from None
+    except (OSError, ValueError) as err:  # no access, a link loop, a NUL in the name
+        reason = getattr(err, "strerror", None) or str(err)
+        raise UserError(
+            f"{key}={path} cannot be read ({reason}): pass a .ckpt file, {example}"
+        ) from None
+    if stat.S_ISDIR(mode):
+        inside = next(
+            (p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()),
+            path / "checkpoints" / LAST,
+        )
+        raise UserError(
+            f"{key}={path} is a folder: pass the checkpoint file in it, e.g. {key}={inside}"
+        )
+    if not stat.S_ISREG(mode):
+        kinds = {
+            stat.S_ISFIFO: "a named pipe",
+            stat.S_ISCHR: "a character device",
+            stat.S_ISBLK: "a block device",
+            stat.S_ISSOCK: "a socket",
+        }
+        kind = next((name for test, name in kinds.items() if test(mode)), "not a file")
+        raise UserError(
+            f"{key}={path} is not a regular file ({kind}): pass a .ckpt file, {example}"
+        )
+    return path

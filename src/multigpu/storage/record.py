@@ -1,0 +1,224 @@
+"""``metrics.json``, the run's record: its settings, one entry per finished epoch, and how it
+ended. ``train()`` owns it; its keys are documented once, in docs/records.md.
+
+The file is the record: it is rewritten whenever the history changes (at the start, when a
+checkpoint restores earlier epochs, after every epoch) and when the run ends, which then only
+sets the status on what the file holds. That works whichever process trained: this one, or
+spawned DDP workers whose history never comes back to this process.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import struct
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from lightning_utilities.core.rank_zero import rank_zero_only
+
+from multigpu.run.outcome import Outcome
+from multigpu.storage.atomic import write_json
+from multigpu.storage.record_file import (  # noqa: F401 (SCHEMA, upgrade: this module's too)
+    SCHEMA,
+    BadRecord,
+    read_record,
+    speed,
+    upgrade,
+    upgrade_history,
+)
+
+RUNNING = "running"
+# Where launchers put a process's rank, in the order Lightning reads them.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def is_rank_zero() -> bool:
+    """This process's rank as Lightning knows it once it has set it (its strategies do), else
+    as the launcher's environment says: torch-free, for the record written before training."""
+    rank = getattr(rank_zero_only, "rank", None)
+    if rank is None:
+        rank = next((int(os.environ[k]) for k in RANK_VARIABLES if k in os.environ), 0)
+    return rank == 0
+
+
+TIME_TO_TARGETS = (0.8, 0.85, 0.9, 0.92)
+
+
+def single(value: float) -> float:
+    """``value`` rounded to a float32, the precision test accuracy is computed in: a run at
+    exactly 90% reads 0.8999999762, which is 0.9 as a float32 (a value beyond a float32's range
+    stays as it is)."""
+    try:
+        return struct.unpack("f", struct.pack("f", value))[0]
+    except (OverflowError, struct.error):
+        return value
+
+
+def target_key(target: float) -> str:
+    """A target as ``time_to`` names it: ``0.9`` -> ``"0.9"``."""
+    return f"{target:g}"
+
+
+def time_to(
+    history: list[dict[str, Any]], targets: Iterable[float] = TIME_TO_TARGETS
+) -> dict[str, dict[str, Any] | None]:
+    """For each target test accuracy, the first epoch whose evaluation reached it (at or above
+    it, both read as float32s), with its ``wall_s`` (the history's: since the run's start) and
+    ``train_s`` (the training time up to the end of that epoch, the sum of ``epoch_s``; null if
+    an epoch was not timed); null when no epoch reached it. A later dip below the target
+    changes nothing. Keys in increasing order."""
+    found: dict[str, dict[str, Any] | None] = {}
+    for target in sorted({float(t) for t in targets}):
+        found[target_key(target)] = None
+        train_s: float | None = 0.0
+        for entry in history:
+            epoch_s = entry.get("epoch_s")
+            train_s = None if train_s is None or epoch_s is None else train_s + epoch_s
+            acc = entry.get("test_acc")
+            if acc is not None and math.isfinite(acc) and single(acc) >= single(target):
+                found[target_key(target)] = {
+                    "epoch": entry.get("epoch"),
+                    "train_s": train_s,
+                    "wall_s": entry.get("wall_s"),
+                }
+                break
+    return found
+
+
+def summarize(history: list[dict[str, Any]], run: dict[str, Any], **start: Any) -> dict[str, Any]:
+    """Final metrics from the per-epoch history (status ``running`` until the run ends);
+    ``start``: the run's ``run_id``, ``settings``, ``resumed_from`` and ``init_from``, and
+    ``time_to_targets`` (default ``TIME_TO_TARGETS``) for ``time_to``."""
+    tested = [h for h in history if h.get("test_acc") is not None]
+    best = max(tested, key=lambda h: h["test_acc"], default=None)
+    last = history[-1] if history else {}
+    epoch_s, samples_per_s = speed(history)
+    return {
+        "schema": SCHEMA,
+        "status": "running",
+        "reason": None,
+        "test_acc": last.get("test_acc"),
+        "best_test_acc": best["test_acc"] if best else None,
+        "best_epoch": best["epoch"] if best else None,
+        "train_loss": last.get("train_loss"),
+        "train_acc": last.get("train_acc"),
+        "val_acc": last.get("val_acc"),
+        "epoch_s": epoch_s,
+        "samples_per_s": samples_per_s,
+        "epochs": len(history),
+        "run": run,
+        "run_id": start.get("run_id"),
+        "settings": start.get("settings"),
+        "resumed_from": start.get("resumed_from"),
+        "init_from": start.get("init_from"),
+        "time_to": time_to(history, start.get("time_to_targets", TIME_TO_TARGETS)),
+        "history": history,
+    }
+
+
+class RunRecord:
+    """Writes ``metrics.json``; every process keeps the history, only rank zero writes.
+
+    A record moves forward only, and only by its own run: ``claim`` writes it first (the run
+    was admitted and owns the folder, ``multigpu.run.admission``); every later write checks that the
+    file is still this run's (its ``run_id``), and ``finish`` sets an end state only on a record
+    that is ``running``.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        run: dict[str, Any],
+        settings: dict[str, Any] | None = None,
+        started: float | None = None,
+        **start: Any,
+    ):
+        self.path = Path(path)
+        # When the run started (``time.monotonic``, the same clock in every process of this
+        # machine): the history's ``wall_s`` counts from it (``EpochHistory``).
+        self.started = time.monotonic() if started is None else started
+        self.run = run
+        self.settings = settings  # what the run computes (multigpu.config.computation)
+        self.start = start  # resumed_from, init_from
+        self.run_id = secrets.token_hex(8)
+        self.claimed = False
+        self.history: list[dict[str, Any]] = []
+
+    @property
+    def current(self) -> dict[str, Any]:
+        """The summary as it stands now."""
+        return summarize(
+            self.history, self.run, run_id=self.run_id, settings=self.settings, **self.start
+        )
+
+    def claim(self, history: list[dict[str, Any]]) -> None:
+        """Write the record of a run that starts now, with the history it continues."""
+        self.claimed = True
+        self.history = upgrade_history(history)
+        self._write(self.current, takeover=True)
+
+    def set_history(self, history: list[dict[str, Any]]) -> None:
+        self.history = upgrade_history(history)
+        if self.claimed:
+            self._write(self.current)
+
+    def add_epoch(self, entry: dict[str, Any]) -> None:
+        self.set_history([*self.history, entry])
+
+    def finish(self, outcome: Outcome) -> dict[str, Any]:
+        """Set how the run ended on what the file holds (written by whichever process
+        trained) and return it; a record that is not this run's, or has already ended, is
+        left as it is."""
+        on_disk = self.read() if self.claimed else None
+        if on_disk is None or on_disk.get("run_id") != self.run_id:
+            return {**self.current, "status": outcome.status, "reason": outcome.reason}
+        if on_disk.get("status") != RUNNING:
+            return on_disk
+        on_disk.update(status=outcome.status, reason=outcome.reason)
+        self._write(on_disk)
+        return on_disk
+
+    def fail(self, reason: str) -> dict[str, Any]:
+        """Record a failure this process did not raise (a peer's, seen by rank 0's watch)."""
+        return self.finish(Outcome("failed", reason, 1))
+
+    def read(self) -> dict[str, Any] | None:
+        """The record the file holds, checked whole (``multigpu.storage.record_file``); None when
+        there is none, or none to trust: the run then writes its own over it."""
+        if not self.path.exists():
+            return None
+        try:
+            return read_record(self.path)
+        except BadRecord:
+            return None
+
+    def _write(self, summary: dict[str, Any], takeover: bool = False) -> None:
+        """Write on rank zero, only over this run's own record (or, when the run claims its
+        folder, over the record it was admitted to continue)."""
+        if not is_rank_zero():
+            return
+        on_disk = {} if takeover else (self.read() or {})
+        if not takeover and (on_disk.get("run_id") != self.run_id or on_disk["status"] != RUNNING):
+            return  # another run's record, or one that has ended: left as it is
+        write_json(self.path, summary)
+
+
+def record_ending(path: str | Path, outcome: Outcome) -> None:
+    """How a run ended, recorded by the process that saw it end without being the run (a
+    launcher whose job died): a ``running`` record gets the end state; a folder without a
+    record gets one; an ended record stays as it is."""
+    path = Path(path)
+    if not path.exists():
+        write_json(path, {**summarize([], {}), "status": outcome.status, "reason": outcome.reason})
+        return
+    try:
+        on_disk = read_record(path)
+    except BadRecord:
+        return  # not readable: not ours to replace
+    if on_disk["status"] == RUNNING:
+        on_disk.update(status=outcome.status, reason=outcome.reason)
+        write_json(path, on_disk)

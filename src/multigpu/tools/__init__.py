@@ -1,0 +1,1 @@
+"""Tools beside training: the benchmark, the cost model, reports, the GPU acceptance."""

@@ -1,0 +1,42 @@
+"""The input pipelines alone: batches per second with no network, to show what each pipeline
+costs when the step itself is not the bottleneck.
+
+``python -m multigpu.tools.bench.loader_only --pipeline memory --batch 256 --steps 30 --out x.json``
+"""
+
+from __future__ import annotations
+
+import torch
+
+from multigpu.data import FashionMNISTDataModule
+from multigpu.tools.bench.step_timer import time_steps, timed_run_parser
+
+
+def main() -> None:
+    parser = timed_run_parser(__doc__.splitlines()[0])
+    parser.add_argument("--pipeline", choices=("torchvision", "memory"), required=True)
+    parser.add_argument("--num-workers", type=int, default=2)
+    args = parser.parse_args()
+
+    device = torch.device(args.device)
+    data = FashionMNISTDataModule(
+        root=args.data_root,
+        source=args.data_source,
+        pipeline=args.pipeline,
+        batch_size=args.batch,
+        num_workers=args.num_workers,
+    )
+    data.setup("fit")
+    if args.pipeline == "memory":
+        data.in_memory(data.train_set, device)  # held on the device before the clock starts
+    batches = iter(data.train_dataloader())
+
+    def step(i: int) -> None:
+        images, _ = next(batches)
+        images.to(device, non_blocking=True)
+
+    time_steps(step, args, device)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""``python -m multigpu.tools.predict``: the cost model that predicts each strategy's speedup."""

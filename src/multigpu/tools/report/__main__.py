@@ -1,0 +1,35 @@
+"""``python -m multigpu.tools.report <sweep dir>``: (re)write a sweep's summary and plots."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from multigpu.tools.report import incomplete, to_text, write_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m multigpu.tools.report", description=__doc__)
+    parser.add_argument("sweep_dir", type=Path, help="e.g. outputs/multirun/<date>/<time>")
+    args = parser.parse_args(argv)
+    if not args.sweep_dir.is_dir():
+        print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
+        return 2
+    if not any(args.sweep_dir.rglob("metrics.json")):
+        print(
+            f"error: no metrics.json below {args.sweep_dir}: pass a folder holding finished jobs",
+            file=sys.stderr,
+        )
+        return 2
+    rows = write_report(args.sweep_dir)
+    print(to_text(rows), end="")
+    written = "summary.csv, summary.md, test_acc.png, acc_vs_time.png, scaling.png"
+    if (args.sweep_dir / "phases.png").is_file():
+        written += ", phases.png"
+    print(f"wrote {written} in {args.sweep_dir}")
+    return 1 if incomplete(rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
