@@ -97,3 +97,14 @@ def test_weight_decay_on_weights_leaves_norms_and_biases_undecayed(monkeypatch):
     assert decayed == {"weight"}  # and every bias, BatchNorm weight and shift undecayed
     everything = ImageClassifier(net=NET, optimizer=sgd).configure_optimizers()
     assert [g["weight_decay"] for g in everything.param_groups] == [0.5]
+
+
+@pytest.mark.parametrize("tta_flip", [True, False])
+def test_eval_evaluates_a_checkpoint_the_way_its_training_did(tta_flip, tmp_path):
+    """eval.py's module follows the run's model.tta_flip: the same test accuracy as reported."""
+    from multigpu.storage.checkpoint import classifier, load_checkpoint
+
+    overrides = [*TINY, *SYNTHETIC, f"model.tta_flip={str(tta_flip).lower()}"]
+    assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
+    path = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    assert classifier(load_checkpoint(path), path).tta_flip is tta_flip

@@ -818,10 +818,12 @@ def check_resumable(path: str | Path, checkpoint: dict[str, Any]) -> None:
 
 # Building ---------------------------------------------------------------------------------------
 def classifier(checkpoint: dict[str, Any], path: str | Path) -> ImageClassifier:
-    """The checkpoint's network inside the module that trained it, ready to evaluate."""
+    """The checkpoint's network inside the module that trained it, ready to evaluate the way
+    training did (with the mirror images too, if its run set ``model.tta_flip``)."""
     config = network_config(checkpoint, path)
+    tta_flip = (checkpoint.get(SETTINGS) or {}).get("model.tta_flip") is True
     try:
-        module = ImageClassifier(net={"_target_": NETWORK, **config})
+        module = ImageClassifier(net={"_target_": NETWORK, **config}, tta_flip=tta_flip)
     except Exception as err:  # the network refused a value: say which, in one line
         cause = err.__cause__ or err
         raise UserError(
