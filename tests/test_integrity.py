@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from multigpu.config.computation import computation, describe, differences, flatten
 from multigpu.config.errors import OccupiedFolder, UserError
-from multigpu.run.job_names import MAX_NAME, job_folder_name
-from multigpu.run.outcome import COMPLETED, Outcome
+from multigpu.config.job_names import MAX_NAME, job_folder_name
 from multigpu.run.resume import check_same_run, latest_of
+from multigpu.storage.outcome import COMPLETED, Outcome
 from multigpu.storage.ownership import acquire, is_free, release
 from multigpu.storage.record import RunRecord, summarize
 

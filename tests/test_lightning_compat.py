@@ -1,6 +1,6 @@
 """What the package restates of Lightning, or reaches privately, is the source it was checked
 against: a Lightning whose source of any of them differs fails here, naming the piece, so that
-an upgrade is one file to read (``multigpu.run.lightning_compat``)."""
+an upgrade is one file to read (``multigpu.callbacks.lightning_compat``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import inspect
 
 import pytest
 
-from multigpu.run import lightning_compat
+from multigpu.callbacks import lightning_compat
 
 
 def located(path: str):
@@ -33,7 +33,7 @@ def test_every_piece_is_the_source_it_was_checked_against(path):
     pieces = {**lightning_compat.RESTATED, **lightning_compat.PRIVATE}
     source = inspect.getsource(located(path))
     assert hashlib.sha256(source.encode()).hexdigest() == pieces[path], (
-        f"Lightning's {path} changed: read it against multigpu/run/lightning_compat.py, then "
+        f"Lightning's {path} changed: read it against multigpu/callbacks/lightning_compat.py, then "
         "update the digest"
     )
 

@@ -133,7 +133,7 @@ def test_a_launcher_that_started_other_processes_is_named(environ, overrides, me
 
 
 def test_every_process_of_a_cluster_run_names_its_folder_alike():
-    from multigpu.run.launch import run_name
+    from multigpu.config.launch import run_name
 
     slurm = {**SRUN_2, "SLURM_JOB_ID": "41", "SLURM_STEP_ID": "0"}
     assert run_name(slurm) == run_name({**slurm, "SLURM_PROCID": "1"}) == "slurm-41.0"

@@ -23,7 +23,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from multigpu.callbacks.hparams import SUMMARY_TAGS, column_name, setting_columns
 from multigpu.callbacks.tensorboard_logger import shown_value, trial_name
 from multigpu.callbacks.test_figures import SHOWN_WIDTH, cell_text, confusion_figure
-from multigpu.run.launch import run_label, run_name
+from multigpu.config.launch import run_label, run_name
 
 TIME = r"\d{4}-\d\d-\d\d/\d\d-\d\d-\d\d\.\d{6}"  # a run's start, to the microsecond
 SYNTHETIC = [*TINY, "data=synthetic", "data.num_train=128", "data.num_test=64"]

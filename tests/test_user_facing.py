@@ -19,7 +19,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from multigpu.callbacks.progress import ProgressBar, epoch_description
 from multigpu.callbacks.tensorboard_logger import EpochTensorBoardLogger, tensorboard_value
-from multigpu.run.job_names import job_folder_name, short_names, swept_keys
+from multigpu.config.job_names import job_folder_name, short_names, swept_keys
 from multigpu.run.quiet import quiet
 from multigpu.run.run_summary import closing_lines
 from multigpu.storage.record import SCHEMA, speed, summarize, upgrade

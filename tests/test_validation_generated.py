@@ -54,6 +54,7 @@ KEYS = catalog()
 EDGE_INTS = [0, -1, 1, 2, 3, -2, 255, 256, 60_000, 60_001, 2**31, 2**32, 2**63, -(2**63), 10**30]
 EDGE_FLOATS = [0.0, -0.0, 0.5, 1.0, -1.0, 1e-320, 1e300, -1e300, math.nan, math.inf, -math.inf]
 WORDS = ["", "auto", "cpu", "gpu", "none", "batch", "linear", "memory", "16-mixed", "bf16", "ü"]
+WORDS += ["step", "epoch", "weights", "all"]
 WORDS += ["${nosuch}", "${trainer.max_epochs}", "a b", "1,2", "[0,1]", "-1", "x" * 300]
 ints = st.one_of(st.sampled_from(EDGE_INTS), st.integers(-(10**6), 10**6), st.integers())
 floats = st.one_of(st.sampled_from(EDGE_FLOATS), st.floats(), st.floats(-10, 10))

@@ -27,8 +27,8 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
-from multigpu.run.job_names import sweep_job_folder
-from multigpu.run.outcome import Outcome, summary_line
+from multigpu.config.job_names import sweep_job_folder
+from multigpu.storage.outcome import Outcome, summary_line
 from multigpu.storage.record import record_ending
 
 log = logging.getLogger(__name__)

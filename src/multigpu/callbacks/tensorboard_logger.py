@@ -22,7 +22,7 @@ from lightning_utilities.core.rank_zero import rank_zero_only
 from pytorch_lightning.loggers import TensorBoardLogger
 from typing_extensions import override
 
-from multigpu.run.lightning_compat import convert_params, flatten_dict
+from multigpu.callbacks.lightning_compat import convert_params, flatten_dict
 
 # How a run ended, as the HParams tab filters runs (its Status checkboxes).
 SUCCESS, FAILURE = "STATUS_SUCCESS", "STATUS_FAILURE"

@@ -19,7 +19,7 @@ from torch import Tensor  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from multigpu.callbacks.hparams import tensorboard_loggers  # noqa: E402
-from multigpu.run.interrupts import skipped_on_signal  # noqa: E402
+from multigpu.callbacks.interrupts import skipped_on_signal  # noqa: E402
 
 TEST_LOADER = 0  # the module evaluates the test set as loader 0 (and a validation split as 1)
 GRID_BATCHES = 2  # batches kept for the grid of misclassified images

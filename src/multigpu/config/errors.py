@@ -1,5 +1,5 @@
 """The errors a run ends with on purpose, each with the status it records and the exit status
-the entry points return (see ``multigpu.run.outcome`` for every other exception)."""
+the entry points return (see ``multigpu.storage.outcome`` for every other exception)."""
 
 from __future__ import annotations
 

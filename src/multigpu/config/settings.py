@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import UserError
+from multigpu.config.launch import check_world, cluster_started
 from multigpu.config.names import (
     COMPILE_KEYS,
     CONFIG_ONLY_DATA_KEYS,
@@ -60,7 +61,6 @@ from multigpu.config.schema import (
     select,
     target_of,
 )
-from multigpu.run.launch import check_world, cluster_started
 
 # How each option of the ``strategy`` group places its work on the devices.
 ONE_DEVICE = "one_device"  # the whole step on one device

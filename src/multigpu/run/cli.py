@@ -1,5 +1,5 @@
 """Entry-point glue: a user's mistake or a stopped run ends as one line on stderr and the
-exit status its outcome names (``multigpu.run.outcome``)."""
+exit status its outcome names (``multigpu.storage.outcome``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import RunStopped, UserError, message
+from multigpu.config.job_names import job_folder
+from multigpu.config.launch import run_name
 from multigpu.config.settings import slurm_gpus_per_node, slurm_tasks_per_node
-from multigpu.run.job_names import job_folder
-from multigpu.run.launch import run_name
-from multigpu.run.outcome import outcome_of
+from multigpu.storage.outcome import outcome_of
 
 # ${name:...} in the configs, and whether each is resolved once per process: the run's name
 # must not change, but the SLURM resources differ from job to job of a sweep (and OmegaConf's

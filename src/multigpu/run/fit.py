@@ -28,14 +28,13 @@ from multigpu.callbacks import (
     HParamsSummary,
     PhaseTimer,
 )
+from multigpu.callbacks.interrupts import after_training_notice
 from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
+from multigpu.config.launch import requeue_on_warning, slurm_started
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.admission import Admission
 from multigpu.run.build import build
-from multigpu.run.interrupts import after_training_notice
-from multigpu.run.launch import requeue_on_warning, slurm_started
-from multigpu.run.outcome import summary_line
 from multigpu.run.quiet import quiet
 from multigpu.run.resume import check_same_run
 from multigpu.storage.checkpoint import (
@@ -47,6 +46,7 @@ from multigpu.storage.checkpoint import (
 )
 from multigpu.storage.checkpoint_io import AtomicCheckpointIO
 from multigpu.storage.ckpt_path import LAST
+from multigpu.storage.outcome import summary_line
 from multigpu.storage.record import RunRecord
 from multigpu.strategies.ddp import BoundedDDPStrategy
 

@@ -15,10 +15,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from multigpu.config.errors import UserError, WriteFailed, message
+from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine
 from multigpu.run.admission import admit, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.job_names import job_folder_name, swept_keys
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ownership import acquire

@@ -15,10 +15,10 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError
+from multigpu.config.job_names import share_swept_keys
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.job_names import share_swept_keys
-from multigpu.run.outcome import outcome_of
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
+from multigpu.storage.outcome import outcome_of
 
 log = logging.getLogger(__name__)
 

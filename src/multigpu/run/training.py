@@ -17,6 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from multigpu.callbacks.interrupts import sigterm_interrupts
 from multigpu.config.errors import (
     NothingToDo,
     OccupiedFolder,
@@ -28,9 +29,8 @@ from multigpu.config.errors import (
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.interrupts import sigterm_interrupts
-from multigpu.run.outcome import COMPLETED, outcome_of
 from multigpu.storage.atomic import check_writable
+from multigpu.storage.outcome import COMPLETED, outcome_of
 from multigpu.storage.ownership import is_free, owning
 from multigpu.storage.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, record_ending
 

@@ -23,8 +23,8 @@ from torch import nn
 from multigpu.config.errors import UserError
 from multigpu.models import resnet18
 from multigpu.models.classifier import ImageClassifier
-from multigpu.run.outcome import summary_line
 from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
+from multigpu.storage.outcome import summary_line
 
 NET_PREFIX = "net."
 NETWORK = "multigpu.models.resnet18"

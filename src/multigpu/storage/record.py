@@ -20,8 +20,8 @@ from typing import Any
 
 from lightning_utilities.core.rank_zero import rank_zero_only
 
-from multigpu.run.outcome import Outcome
 from multigpu.storage.atomic import write_json
+from multigpu.storage.outcome import Outcome
 from multigpu.storage.record_file import (  # noqa: F401 (SCHEMA, upgrade: this module's too)
     SCHEMA,
     BadRecord,

@@ -23,7 +23,7 @@ from lightning_fabric.plugins.environments import TorchElasticEnvironment
 from pytorch_lightning.strategies import DDPStrategy
 from typing_extensions import override
 
-from multigpu.run.lightning_compat import (
+from multigpu.callbacks.lightning_compat import (
     SubprocessScriptLauncher,
     get_sigkill_signal,
     launch_children,

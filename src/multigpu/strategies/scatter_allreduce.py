@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from multigpu.callbacks.lightning_compat import strategy_backward
 from multigpu.callbacks.phases import phase
-from multigpu.run.lightning_compat import strategy_backward
 from multigpu.strategies.comm import (
     FlatBuffer,
     FlatBuffers,

@@ -64,12 +64,12 @@ def label_part(key: str, value: str) -> str:
 
 def run_label(overrides: Iterable[str]) -> str:
     """What the command line changed (``lr_0.2-devices_2``): each override's key by its last
-    part, as a sweep's jobs are named (``multigpu.run.job_names``), and a file by its name, leaving
-    out the ``UNNAMED_NODES`` and ``UNNAMED_KEYS``; at most ``MAX_LABEL`` characters. The
+    part, as a sweep's jobs are named (``multigpu.config.job_names``), and a file by its name,
+    leaving out the ``UNNAMED_NODES`` and ``UNNAMED_KEYS``; at most ``MAX_LABEL`` characters. The
     parts are joined by ``-``, the one character after which TensorBoard's run list (about 28
     characters wide) breaks a line: a longer stretch would be cut there, and would widen the
     column for every run."""
-    from multigpu.run.job_names import short_names
+    from multigpu.config.job_names import short_names
 
     values = {}  # a key given twice counts once, with the value Hydra takes: the last
     for override in overrides:
