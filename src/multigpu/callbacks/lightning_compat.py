@@ -75,7 +75,7 @@ def strategy_backward(
 
 
 def launch_children(
-    launcher: _SubprocessScriptLauncher, function: Callable, *args, watch: Callable[[], None]
+    launcher: _SubprocessScriptLauncher, run: Callable[[], Any], watch: Callable[[], None]
 ) -> Any:
     """``_SubprocessScriptLauncher.launch`` as Lightning 2.6 has it, with ``watch()`` started
     in place of its process observer (which kills rank 0 while rank 0 records how the run
@@ -85,4 +85,4 @@ def launch_children(
         launcher._call_children_scripts()
         watch()
     _set_num_threads_if_needed(num_processes=launcher.num_processes)
-    return function(*args)
+    return run()

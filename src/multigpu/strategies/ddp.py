@@ -48,7 +48,7 @@ class WatchedScriptLauncher(SubprocessScriptLauncher):
     @override
     def launch(self, function: Callable, *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """Lightning's ``launch``, starting our watch instead of its observer."""
-        return launch_children(self, lambda: function(*args, **kwargs), watch=self.start_watch)
+        return launch_children(self, lambda: function(*args, **kwargs), self.start_watch)
 
     def start_watch(self) -> None:
         """Watch the processes just started (they follow this node's first rank)."""
