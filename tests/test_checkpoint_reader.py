@@ -174,6 +174,16 @@ NAMED = {
         edit(("state_dict", "net.0.weight"), {"weight": 1}),
         "state_dict['net.0.weight'] is a dict of 1 key(s), expected a tensor",
     ),
+    "weights_nan": (
+        lambda c: c["state_dict"]["net.0.weight"].view(-1)[0].fill_(float("nan")),
+        "state_dict['net.0.weight'] holds NaN or infinite values",
+    ),
+    "running_var_inf": (
+        lambda c: next(v for k, v in c["state_dict"].items() if "running_var" in k).fill_(
+            float("inf")
+        ),
+        "holds NaN or infinite values",
+    ),
     "hyper_parameters_a_list": (
         lambda c: c.update(hyper_parameters=[1, 2]),
         "hyper_parameters is a list of 2, expected a dict",

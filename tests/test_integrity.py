@@ -275,6 +275,21 @@ def test_a_record_moves_forward_only_and_only_by_its_own_run(tmp_path_factory, o
     assert final["status"] in ("running", "completed", "failed")
 
 
+@pytest.mark.parametrize("before", [0, 2])
+def test_a_run_that_trained_no_epoch_is_not_completed(tmp_path, before):
+    """However Lightning came to train nothing (a spent +trainer.max_time, no batch), the
+    record cannot end ``completed``: only a run whose history grew is."""
+    from multigpu.run.training import check_trained
+
+    record = RunRecord(tmp_path / "metrics.json", {"strategy": "single"}, settings={"a": 1})
+    history = [{"epoch": e + 1, "test_acc": 0.5} for e in range(before)]
+    record.claim(history)
+    with pytest.raises(UserError, match="no epoch was trained"):
+        check_trained(record, before)
+    record.add_epoch({"epoch": before + 1, "test_acc": 0.6})
+    check_trained(record, before)  # one epoch more: trained
+
+
 def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
     from multigpu.config.settings import Machine
     from multigpu.run.admission import admit
@@ -395,6 +410,7 @@ def test_a_sweep_resuming_latest_is_refused_whole_when_a_job_has_no_checkpoint_o
     assert len(runs(tmp_path)) == 2 and len(list((tmp_path / "outputs").rglob(".hydra"))) == 2
 
 
+@pytest.mark.slow  # five runs in a row
 @pytest.mark.subprocess
 def test_init_from_starts_a_new_run_from_the_weights_with_its_own_settings(tmp_path):
     first = tiny_run(tmp_path, "model.optimizer.lr=0.1")

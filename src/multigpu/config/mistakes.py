@@ -136,6 +136,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.max_steps=-2"],
         "trainer.max_steps=-2 must be -1 (no limit) or more",
     ),
+    "limit_train_batches_zero": (
+        ["+trainer.limit_train_batches=0"],
+        "trainer.limit_train_batches=0 must be more than 0",
+    ),
     "timeout_zero": (
         ["strategy=ddp", "strategy.timeout_s=0"],
         "strategy.timeout_s=0 must be positive",

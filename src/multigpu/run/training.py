@@ -93,6 +93,20 @@ def owner_gone(folder: Path, wait_s: float = 3.0) -> bool:
     return True
 
 
+def check_trained(record: RunRecord, epochs_before: int) -> None:
+    """A run is ``completed`` only if it trained an epoch: Lightning ends a fit that had
+    nothing to do (``+trainer.max_time`` already spent, no batch to train) without a word.
+    Rank 0 reads the file, which holds the history whichever process trained."""
+    if not is_rank_zero():
+        return
+    on_disk = record.read() or {}
+    if len(on_disk.get("history") or []) <= epochs_before:
+        raise UserError(
+            "no epoch was trained: Lightning stopped before the first one ended; check "
+            "+trainer.max_time and +trainer.limit_train_batches"
+        )
+
+
 def start_record(
     output_dir: Path, admission: Admission, cfg: DictConfig, started: float
 ) -> RunRecord:
@@ -142,6 +156,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
 
             fit(cfg, admission, record, output_dir)
+            check_trained(record, len(admission.history))
         except BaseException as error:
             finish(record, error)
             raise

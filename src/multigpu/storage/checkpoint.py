@@ -366,6 +366,10 @@ def check_weights(checkpoint: dict[str, Any]) -> None:
     for key, value in state.items():
         if not isinstance(value, torch.Tensor):
             raise wrong(where_of("state_dict", key), value, "a tensor")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            # never saved by train.py (its divergence guard stops before the checkpoint):
+            # resumed, such weights "diverge" at once; evaluated, they score chance
+            raise Malformed(f"{where_of('state_dict', key)} holds NaN or infinite values")
     hparams = a_dict(checkpoint["hyper_parameters"], "hyper_parameters")
     net = a_dict(hparams["net"], "hyper_parameters.net")
     for key, value in net.items():
