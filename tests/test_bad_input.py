@@ -181,10 +181,46 @@ def ckpt_case(case: str, cwd: Path, checkpoint: Path) -> list[str]:
     return [*overrides, f"{'init_from' if case in INIT_FROM else 'ckpt_path'}={path}"]
 
 
+# Variants of a way of failing that the default suite has one of already: run under -m slow.
+SLOW = {
+    "data:wrong_sizes", "data:label_outside_0_9", "data:truncated_gz", "ckpt:not_a_checkpoint",
+    "ckpt:other_class_count", "eval.py:bare_state_dict", "eval.py:unknown_settings",
+    "train.py:weights_not_its_settings", "eval.py:weights_not_its_settings",
+}  # fmt: skip
+
+
+def cases(prefix: str, names) -> list:
+    """``names`` as parameters, each marked slow where its run is in ``SLOW``."""
+    return [
+        pytest.param(*(n if isinstance(n, tuple) else (n,)), marks=pytest.mark.slow)
+        if f"{prefix(n) if callable(prefix) else prefix + n}" in SLOW
+        else n
+        for n in names
+    ]
+
+
+def job_of(item: pytest.Item) -> str | None:
+    """The run of ``outcomes`` a collected test reads."""
+    params = getattr(item, "callspec", None)
+    params = params.params if params else {}
+    name = item.originalname if isinstance(item, pytest.Function) else item.name
+    return {
+        "test_bad_config_value": lambda: f"config:{params['case']}",
+        "test_malformed_data_file": lambda: f"data:{params['case']}",
+        "test_data_missing_and_no_download": lambda: "data:missing_no_download",
+        "test_bad_ckpt_path": lambda: f"ckpt:{params['case']}",
+        "test_checkpoints_that_are_not_ours": lambda: f"{params['script']}:{params['case']}",
+        "test_eval_answers_a_missing_or_wrong_path_before_torch": lambda: (
+            f"eval.py:{params['case']}"
+        ),
+    }.get(name, lambda: None)()
+
+
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory, shared_data) -> dict[str, tuple]:
-    """Every case's ``train.py`` run, started side by side (startup is one core's import
+def outcomes(request, tmp_path_factory, shared_data) -> dict[str, tuple]:
+    """The runs the selected tests read, started side by side (startup is one core's import
     work, so running them in parallel uses the machine's cores); {case: (result, cwd)}."""
+    selected = {job_of(item) for item in request.session.items if item.module is request.module}
     checkpoint = width4_checkpoint(tmp_path_factory.mktemp("ckpt") / "width4.ckpt")
     jobs = {}
     for case in CONFIG_CASES:
@@ -218,6 +254,7 @@ def outcomes(tmp_path_factory, shared_data) -> dict[str, tuple]:
             result = run_script("train.py", *TINY, *overrides, cwd=cwd, timeout=300, env=env)
         return result, cwd
 
+    jobs = {key: job for key, job in jobs.items() if key in selected}
     with ThreadPoolExecutor(max_workers=CORES + 1) as pool:
         return dict(zip(jobs, pool.map(launch, jobs), strict=True))
 
@@ -233,7 +270,7 @@ def test_bad_config_value(case, outcomes):
         assert "torch" not in modules and "pytorch_lightning" not in modules
 
 
-@pytest.mark.parametrize("case", sorted(DATA_CASES))
+@pytest.mark.parametrize("case", cases("data:", sorted(DATA_CASES)))
 def test_malformed_data_file(case, outcomes):
     name, _, text = DATA_CASES[case]
     result, cwd = outcomes[f"data:{case}"]
@@ -247,7 +284,7 @@ def test_data_missing_and_no_download(outcomes):
     assert "data.source (or MULTIGPU_DATA)" in result.stderr
 
 
-@pytest.mark.parametrize("case", sorted(CKPT_CASES))
+@pytest.mark.parametrize("case", cases("ckpt:", sorted(CKPT_CASES)))
 def test_bad_ckpt_path(case, outcomes):
     _, text = CKPT_CASES[case]
     result, cwd = outcomes[f"ckpt:{case}"]
@@ -281,7 +318,7 @@ def test_hydra_answers_before_torch_is_imported(script, args, status, tmp_path):
     assert "torch" not in imported and "pytorch_lightning" not in imported
 
 
-@pytest.mark.parametrize("case,script", CRAFTED_CASES)
+@pytest.mark.parametrize("case,script", cases(lambda c: f"{c[1]}:{c[0]}", CRAFTED_CASES))
 def test_checkpoints_that_are_not_ours(case, script, outcomes):
     result, cwd = outcomes[f"{script}:{case}"]
     said = stderr_lines(result)

@@ -26,13 +26,19 @@ ONLY = [
     "lightning_memory_bf16",
     *("loader_memory", "loader_torchvision", "epoch_d2l", "independent_x2_1thread"),
 ]
+# The default suite's share: a plain loop against Lightning's steps (ratio 1); the whole list
+# runs under the slow marker.
+CORE = ["plain_loop", "lightning_memory"]
 
 
-def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
+@pytest.mark.parametrize(
+    "only", [CORE, pytest.param(ONLY, marks=pytest.mark.slow)], ids=["core", "all"]
+)
+def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root, only):
     out = tmp_path / "bench"
     result = subprocess.run(
         [sys.executable, "-m", "multigpu.tools.bench", "--tiny", "--out", str(out), "--jobs", "2"]
-        + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA), "--only", *ONLY],
+        + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA), "--only", *only],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -41,32 +47,39 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads((out / "bench.json").read_text())
     rows = {r["name"]: r for r in report["configurations"]}
-    expected = set(ONLY)
+    expected = set(only)
     assert set(rows) == expected
     assert all(r["images_per_s"] > 0 for r in rows.values())
     assert all(r["peak_rss_mb"] > 0 for r in rows.values() if "epoch" not in r["name"])
-    assert 0 <= rows["epoch_d2l"]["test_acc"] <= 1 and rows["epoch_d2l"]["epoch_s"] > 0
-    side_by_side = rows["independent_x2_1thread"]  # two runs at once: their speeds add up
-    assert rows["lightning_memory"]["batch"] == 32 and side_by_side["batch"] == 16  # DDP's share
-    assert len(side_by_side["images_per_s_each"]) == 2
-    assert side_by_side["images_per_s"] == pytest.approx(
-        sum(side_by_side["images_per_s_each"]), rel=1e-3
-    )
+    assert rows["lightning_memory"]["batch"] == 32
+    if "epoch_d2l" in rows:
+        assert 0 <= rows["epoch_d2l"]["test_acc"] <= 1 and rows["epoch_d2l"]["epoch_s"] > 0
+    if "independent_x2_1thread" in rows:  # two runs at once: their speeds add up
+        side_by_side = rows["independent_x2_1thread"]
+        assert side_by_side["batch"] == 16  # DDP's share
+        assert len(side_by_side["images_per_s_each"]) == 2
+        assert side_by_side["images_per_s"] == pytest.approx(
+            sum(side_by_side["images_per_s_each"]), rel=1e-3
+        )
 
     ratios = {r["ratio"]: r["value"] for r in report["ratios"]}
     speed = {name: r["images_per_s"] for name, r in rows.items()}
-    recomputed = {
-        "1 framework overhead": speed["plain_loop"] / speed["lightning_memory"],
-        "1b channels_last": speed["lightning_memory_nhwc"] / speed["lightning_memory"],
-        "1c bf16 autocast": speed["lightning_memory_bf16"] / speed["lightning_memory"],
-        "4 in-memory pipeline": speed["lightning_memory"] / speed["lightning_torchvision"],
-        "4b pipelines alone": speed["loader_memory"] / speed["loader_torchvision"],
+    pairs = {
+        "1 framework overhead": ("plain_loop", "lightning_memory"),
+        "1b channels_last": ("lightning_memory_nhwc", "lightning_memory"),
+        "1c bf16 autocast": ("lightning_memory_bf16", "lightning_memory"),
+        "4 in-memory pipeline": ("lightning_memory", "lightning_torchvision"),
+        "4b pipelines alone": ("loader_memory", "loader_torchvision"),
     }
+    recomputed = {
+        ratio: speed[a] / speed[b] for ratio, (a, b) in pairs.items() if {a, b} <= set(speed)
+    }
+    assert "1 framework overhead" in recomputed
     for name, value in recomputed.items():
         assert ratios[name] == pytest.approx(value, rel=1e-2)
     markdown = (out / "bench.md").read_text()
     assert all(f"| {name} |" in markdown for name in expected)
-    assert "| 1 framework overhead |" in markdown and "| 4 in-memory pipeline |" in markdown
+    assert "| 1 framework overhead |" in markdown
 
 
 def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):

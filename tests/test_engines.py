@@ -154,6 +154,7 @@ def test_tasks_that_do_not_match_the_devices_are_named(slurm, tmp_path):
     assert "use #SBATCH --nodes=1 --ntasks-per-node=2" in log and "Traceback" not in log
 
 
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root):
     """SLURM's warning signal (what --signal=USR1@90 sends before a time limit) requeues the
     job; it stops, starts again in the same folder and goes on from epoch 1's checkpoint."""
@@ -183,6 +184,7 @@ def read_summary(sweep: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     """The launcher config as shipped, plus the partition: one task, then two."""
     result = subprocess.run(
@@ -202,6 +204,7 @@ def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     assert "Bypassing sacct" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     """Partition "short" allows 1 minute; the job asks for 120: it would wait forever."""
     started = time.monotonic()
@@ -240,6 +243,7 @@ def finish(proc: subprocess.Popen) -> str:
     return out
 
 
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
     """``--standalone`` makes one folder; after a worker dies, the elastic restart continues
     from the last checkpoint and ends with the weights of a run that was never interrupted."""

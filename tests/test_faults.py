@@ -100,7 +100,11 @@ def signal_when(cwd: Path, overrides: list[str], ready, signum: signal.Signals, 
     )
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize(
+    "signum",
+    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    ids=["SIGINT", "SIGTERM"],
+)
 def test_signal_stops_the_run_and_resuming_matches_an_uninterrupted_run(
     signum, tmp_path, data_root, uninterrupted
 ):
@@ -133,6 +137,7 @@ def test_signal_stops_the_run_and_resuming_matches_an_uninterrupted_run(
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow  # a checkpoint write that fails midway: test_storage's full disk, by default
 def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(
     tmp_path, data_root, uninterrupted
 ):
@@ -277,7 +282,7 @@ def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_
     "signum,where",
     [
         (signal.SIGTERM, "figures"),
-        (signal.SIGINT, "figures"),
+        pytest.param(signal.SIGINT, "figures", marks=pytest.mark.slow),
         pytest.param(signal.SIGINT, "train_end", marks=pytest.mark.slow),
     ],
     ids=["SIGTERM-figures", "SIGINT-figures", "SIGINT-train_end"],
@@ -344,7 +349,10 @@ def test_a_damaged_checkpoint_is_named_with_the_one_to_use_instead(
 
 @pytest.mark.parametrize(
     "precision",
-    [pytest.param("32-true", marks=pytest.mark.slow), "64-true", "bf16-mixed", "bf16-true"],
+    [
+        *(pytest.param(p, marks=pytest.mark.slow) for p in ("32-true", "64-true", "bf16-true")),
+        "bf16-mixed",
+    ],
 )
 def test_every_cpu_precision_completes_with_its_figures(precision, tmp_path):
     """Every precision the CPU takes trains, evaluates and draws the test figures under

@@ -119,7 +119,12 @@ SMALL = [*TINY, "data=synthetic", "data.num_train=512", "data.batch_size=64", "s
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "name",
-    [n if n != "ddp" else pytest.param(n, marks=pytest.mark.distributed) for n in STRATEGIES],
+    [
+        pytest.param("single"),
+        pytest.param("dp", marks=pytest.mark.slow),  # in-process, as scatter_allreduce below
+        pytest.param("scatter_allreduce", marks=pytest.mark.slow),
+        pytest.param("ddp", marks=pytest.mark.distributed),
+    ],
 )
 def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
     overrides, expected = STRATEGIES[name]

@@ -124,6 +124,7 @@ def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):
     assert bad.returncode == 2 and "is not a folder" in bad.stderr
 
 
+@pytest.mark.slow  # a real sweep; the model's arithmetic is tested in-process above
 @pytest.mark.subprocess
 def test_check_against_a_real_sweep_of_this_machine(tmp_path):
     sweep = tmp_path / "sweep"

@@ -337,6 +337,27 @@ def test_schema_yaml_and_constructor_defaults_agree():
     assert checked > 30
 
 
+def test_each_choice_is_one_literal_type_that_the_checks_and_the_code_read():
+    """A choice's names live in one ``Literal`` type: the schema annotates its key with it (the
+    checks' table of names is derived from the schema), and the code implementing it takes it."""
+    from multigpu.config.settings import NAMES
+    from multigpu.data import ImageDataModule
+    from multigpu.models import resnet18
+    from multigpu.models.classifier import ImageClassifier
+
+    found = schema.choices()
+    assert NAMES == found
+    implemented_by = {
+        "data.pipeline": (ImageDataModule.__init__, "pipeline"),
+        "model.net.norm": (resnet18, "norm"),
+        "model.scheduler_interval": (ImageClassifier.__init__, "scheduler_interval"),
+        "model.weight_decay_on": (ImageClassifier.__init__, "weight_decay_on"),
+    }
+    for key, (code, argument) in implemented_by.items():
+        assert typing.get_args(typing.get_type_hints(code)[argument]) == found[key], key
+    assert set(found) >= {*implemented_by, "model.lr_scaling.rule", "strategy.start_method"}
+
+
 def test_every_number_of_the_schema_has_a_range():
     """One table of ranges, over exactly the schema's numbers."""
     numbers = set()

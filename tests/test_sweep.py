@@ -273,6 +273,7 @@ def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
 
 
+@pytest.mark.slow  # five sweeps in a row
 def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     """Killed in job 1's second epoch, then run again with the same command: job 0, finished,
     is skipped (its record and TensorBoard run untouched); job 1 goes on from its checkpoint."""

@@ -334,6 +334,7 @@ def test_the_acceptance_takes_its_part_and_options_in_any_order():
         acceptance_args(["tests", "--part", "bench"])
 
 
+@pytest.mark.slow  # a whole acceptance dry run
 @pytest.mark.subprocess
 def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
     """The shell script as a user types it, ``--cpu`` first (the gpu tests only: collected and

@@ -1,10 +1,24 @@
 """The names the config accepts for its choices, in one place: the code that implements them
-and the checks that run before torch is imported both read them here."""
+and the checks that run before torch is imported both read them here.
 
-NORMS = ("batch", "none")  # model.net.norm
-PIPELINES = ("torchvision", "memory")  # data.pipeline
-LR_RULES = ("none", "linear")  # model.lr_scaling.rule
-START_METHODS = ("auto", "popen", "spawn")  # strategy.start_method (ddp)
+A choice is a ``Literal`` type: the config's schema (``multigpu.config.schema``) annotates its
+key with it, which is what the checks read, and the code that implements the choice takes it
+as its argument's type."""
+
+from typing import Literal, get_args
+
+Norm = Literal["batch", "none"]  # model.net.norm
+Pipeline = Literal["torchvision", "memory"]  # data.pipeline
+LrRule = Literal["none", "linear"]  # model.lr_scaling.rule
+StartMethod = Literal["auto", "popen", "spawn"]  # strategy.start_method (ddp)
+SchedulerInterval = Literal["epoch", "step"]  # model.scheduler_interval
+Decayed = Literal["all", "weights"]  # model.weight_decay_on
+NORMS: tuple[Norm, ...] = get_args(Norm)
+PIPELINES: tuple[Pipeline, ...] = get_args(Pipeline)
+LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
+START_METHODS: tuple[StartMethod, ...] = get_args(StartMethod)
+SCHEDULER_INTERVALS: tuple[SchedulerInterval, ...] = get_args(SchedulerInterval)
+DECAYED: tuple[Decayed, ...] = get_args(Decayed)
 # trainer.precision: what runs on the CPU, and what needs CUDA (fp16 autocast, fp16 weights).
 CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 CUDA_PRECISIONS = (*CPU_PRECISIONS, "16-mixed", "16-true")
@@ -27,8 +41,6 @@ SCHEDULER_KEYS = {STEP_LR: ("step_size", "gamma"), COSINE: ("T_max", "eta_min")}
 SCHEDULER_REQUIRED = {STEP_LR: ("step_size",), COSINE: ("T_max",)}  # no default in torch
 # The lengths a scheduler takes, in epochs; model.scheduler_interval=step turns them into steps.
 SCHEDULER_EPOCH_KEYS = {STEP_LR: ("step_size",), COSINE: ("T_max",)}
-SCHEDULER_INTERVALS = ("epoch", "step")  # model.scheduler_interval
-DECAYED = ("all", "weights")  # model.weight_decay_on
 # What the base data module takes, and what each data set adds; batch_size_per_device is read
 # by the settings (the data module gets the batch it computes).
 DATA_KEYS = (

@@ -25,7 +25,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.config.errors import UserError, WriteFailed
-from multigpu.config.names import COSINE, STEP_LR
+from multigpu.config.names import (
+    COSINE,
+    STEP_LR,
+    Decayed,
+    LrRule,
+    Norm,
+    Pipeline,
+    SchedulerInterval,
+    StartMethod,
+)
 from multigpu.storage.atomic import check_creatable
 
 
@@ -52,7 +61,7 @@ class Data:
     batch_size: int = 256
     batch_size_per_device: int | None = field(default=None, metadata={"example": 256})
     num_workers: int = 2
-    pipeline: str = "torchvision"
+    pipeline: Pipeline = "torchvision"
     augment: bool = False
     crop_padding: int = 2
     flip: bool = True
@@ -74,8 +83,8 @@ class Model:
     compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
     label_smoothing: float = field(default=0.0, metadata={"example": 0.1})
     tta_flip: bool = False
-    scheduler_interval: str = "epoch"
-    weight_decay_on: str = "all"
+    scheduler_interval: SchedulerInterval = "epoch"
+    weight_decay_on: Decayed = "all"
 
 
 @dataclass
@@ -83,7 +92,7 @@ class Net:
     num_classes: int = 10
     in_channels: int = 1
     width: int = 64
-    norm: str = "batch"
+    norm: Norm = "batch"
     init_std: float | None = 0.01
     zero_init_residual: bool = False
 
@@ -99,7 +108,7 @@ class Optimizer:
 
 @dataclass
 class LrScaling:
-    rule: str = "none"
+    rule: LrRule = "none"
     base_batch: int = 256
     warmup_epochs: float = 0
 
@@ -111,6 +120,7 @@ class Trainer:
     num_nodes: int = 1
     max_epochs: int | None = 10
     max_steps: int = -1
+    limit_train_batches: float = field(default=1.0, metadata={"example": 0.5})  # or a count
     precision: Any = "32-true"  # Lightning also takes 64, 32, 16
     num_sanity_val_steps: int = 0
     enable_model_summary: bool = False
@@ -125,7 +135,7 @@ class Strategy:
     split_weights: list[float] | None = field(default=None, metadata={"example": "[0.6,0.4]"})
     trace_shapes: bool = False
     trace_steps: int = 2
-    start_method: str = "auto"
+    start_method: StartMethod = "auto"
     timeout_s: float = 300.0
 
 
@@ -172,6 +182,17 @@ KINDS = {
     dict: "a map",
 }
 ABSENT = object()  # a key the config does not have (unlike one set to null)
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """The keys whose value names a choice (annotated with a ``Literal`` type), and the names
+    each accepts."""
+    found: dict[str, tuple[str, ...]] = {}
+    for path, schema in SCHEMAS.items():
+        for name, hint in typing.get_type_hints(schema).items():
+            if typing.get_origin(hint) is typing.Literal:
+                found[f"{path}.{name}" if path else name] = typing.get_args(hint)
+    return found
 
 
 # The config, resolved ----------------------------------------------------------------------------
@@ -232,6 +253,8 @@ def fits(value: Any, annotation: Any) -> bool:
         return value is None
     if typing.get_origin(annotation) is list:
         return isinstance(value, list) and all(fits(v, args[0]) for v in value)
+    if typing.get_origin(annotation) is typing.Literal:  # a choice: which one, settings check
+        return isinstance(value, str)
     if annotation in (int, float):
         numbers = (int,) if annotation is int else (int, float)
         return isinstance(value, numbers) and not isinstance(value, bool)
@@ -240,6 +263,8 @@ def fits(value: Any, annotation: Any) -> bool:
 
 def kind(annotation: Any) -> str:
     """How a type reads in an error message."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return "a name"
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is list:
         return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"

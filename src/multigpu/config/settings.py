@@ -31,23 +31,17 @@ from multigpu.config.names import (
     CUDA_PRECISIONS,
     DATA_MODULE_KEYS,
     DATA_SIZES,
-    DECAYED,
     HYDRA_KEYS,
     IMAGE_CHANNELS,
-    LR_RULES,
     MODEL,
     MODEL_KEYS,
     NETWORK,
     NETWORK_KEYS,
-    NORMS,
-    PIPELINES,
     PRECISION_ALIASES,
-    SCHEDULER_INTERVALS,
     SCHEDULER_KEYS,
     SCHEDULER_REQUIRED,
     SGD,
     SGD_KEYS,
-    START_METHODS,
     STRATEGY_KEYS,
     SYNTHETIC,
 )
@@ -61,6 +55,7 @@ from multigpu.config.schema import (
     select,
     target_of,
 )
+from multigpu.config.schema import choices as schema_choices
 
 # How each option of the ``strategy`` group places its work on the devices.
 ONE_DEVICE = "one_device"  # the whole step on one device
@@ -207,15 +202,12 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         )
     tree = config_tree(cfg)
     trainer, model, data, strategy_cfg = (tree[k] for k in ("trainer", "model", "data", "strategy"))
-    accelerator = parse_accelerator(trainer.get("accelerator", "auto"), machine.cuda_devices)
+    accelerator, ids, precision = resolve_hardware(trainer, machine)
     devices = trainer.get("devices", 1)
-    ids = parse_devices(devices, machine.cuda_devices)
-    check_available(accelerator, ids, machine.cuda_devices)
     num_nodes = trainer.get("num_nodes", 1)
     strategy = chosen_strategy(strategy, len(ids) * num_nodes)
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
-    precision = parse_precision(trainer.get("precision"), accelerator)
     check_compile(strategy, accelerator, ids, model.get("compile", False))
     if strategy == "scatter_allreduce":
         check_split_weights(strategy_cfg.get("split_weights"), len(ids))
@@ -249,6 +241,15 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         seed=tree.get("seed"),
         data=choices.get("data", "?"),
     )
+
+
+def resolve_hardware(trainer: Mapping[str, Any], machine: Machine) -> tuple[str, list[int], str]:
+    """The accelerator, device ids and precision ``trainer`` asks for, checked against the
+    machine: training (``resolve_run``) and ``eval.py`` read them the same way."""
+    accelerator = parse_accelerator(trainer.get("accelerator", "auto"), machine.cuda_devices)
+    ids = parse_devices(trainer.get("devices", 1), machine.cuda_devices)
+    check_available(accelerator, ids, machine.cuda_devices)
+    return accelerator, ids, parse_precision(trainer.get("precision"), accelerator)
 
 
 # What a SLURM job asks for, from the same settings ---------------------------------------------
@@ -323,6 +324,11 @@ RANGES: dict[str, Range] = {
     "trainer.num_nodes": POSITIVE,
     "trainer.max_epochs": NO_LIMIT,
     "trainer.max_steps": NO_LIMIT,
+    "trainer.limit_train_batches": Range(
+        "more than 0 (batches per epoch, or a fraction of them up to 1.0): at 0 nothing trains",
+        0,
+        above=True,
+    ),
     "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
     "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
     "trainer.log_every_n_steps": Range("1 or more", 1),
@@ -337,14 +343,7 @@ RANGES: dict[str, Range] = {
     "model.scheduler.T_max": Range("1 or more (the epochs the cosine decays over)", 1),
     "model.scheduler.eta_min": Range("0 or more", 0),
 }
-NAMES = {  # the values that name a choice
-    "data.pipeline": PIPELINES,
-    "model.net.norm": NORMS,
-    "model.lr_scaling.rule": LR_RULES,
-    "model.scheduler_interval": SCHEDULER_INTERVALS,
-    "model.weight_decay_on": DECAYED,
-    "strategy.start_method": START_METHODS,
-}
+NAMES = schema_choices()  # the values that name a choice: the schema's Literal types
 PATHS = {"ckpt_path": ", or null", "data.root": "", "data.source": ", or null"}  # null allowed
 # The nodes training builds from; eval.py's config has only some of them.
 REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")

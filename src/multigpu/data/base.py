@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from typing_extensions import override
 
 from multigpu.config.errors import UserError
+from multigpu.config.names import Pipeline
 from multigpu.data.augment import augment
 from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
 
@@ -71,7 +72,7 @@ class ImageDataModule(LightningDataModule):
         val_size: int = 0,
         pin_memory: bool = False,
         shuffle: bool = True,
-        pipeline: str = "torchvision",
+        pipeline: Pipeline = "torchvision",
         augment: bool = False,
         crop_padding: int = 2,
         flip: bool = True,

@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from multigpu.callbacks.phases import phase
-from multigpu.config.names import SCHEDULER_EPOCH_KEYS
+from multigpu.config.names import SCHEDULER_EPOCH_KEYS, Decayed, SchedulerInterval
 from multigpu.config.settings import plain
 
 Network = Callable[[Tensor], Tensor]
@@ -51,8 +51,8 @@ class ImageClassifier(LightningModule):
         warmup: dict | None = None,
         label_smoothing: float = 0.0,
         tta_flip: bool = False,
-        scheduler_interval: str = "epoch",
-        weight_decay_on: str = "all",
+        scheduler_interval: SchedulerInterval = "epoch",
+        weight_decay_on: Decayed = "all",
     ):
         super().__init__()
         self.channels_last = channels_last

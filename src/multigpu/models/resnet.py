@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from multigpu.config.names import NORMS
+from multigpu.config.names import NORMS, Norm
 
 
 def _norm(kind: str, channels: int) -> nn.Module:
@@ -18,7 +18,7 @@ def _norm(kind: str, channels: int) -> nn.Module:
 class Residual(nn.Module):
     """Two 3x3 convolutions with a skip connection; a 1x1 conv reshapes the skip when needed."""
 
-    def __init__(self, in_channels: int, out_channels: int, stride: int = 1, norm: str = "batch"):
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1, norm: Norm = "batch"):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, out_channels, 3, stride=stride, padding=1)
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1)
@@ -38,7 +38,7 @@ class Residual(nn.Module):
         return self.relu(y + skip)
 
 
-def _stage(in_channels: int, out_channels: int, downsample: bool, norm: str) -> nn.Sequential:
+def _stage(in_channels: int, out_channels: int, downsample: bool, norm: Norm) -> nn.Sequential:
     stride = 2 if downsample else 1
     return nn.Sequential(
         Residual(in_channels, out_channels, stride=stride, norm=norm),
@@ -55,7 +55,7 @@ def resnet18(
     num_classes: int = 10,
     in_channels: int = 1,
     width: int = 64,
-    norm: str = "batch",
+    norm: Norm = "batch",
     init_std: float | None = 0.01,
     zero_init_residual: bool = False,
 ) -> nn.Sequential:

@@ -16,14 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import UserError
-from multigpu.config.schema import check_types
-from multigpu.config.settings import (
-    cuda_device_count,
-    parse_accelerator,
-    parse_devices,
-    parse_precision,
-    plain,
-)
+from multigpu.config.schema import check_types, config_tree
+from multigpu.config.settings import Machine, plain, resolve_hardware
 from multigpu.run.resume import find_checkpoint
 
 
@@ -35,10 +29,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
-    cuda_devices = cuda_device_count()
-    accelerator = parse_accelerator(cfg.trainer.accelerator, cuda_devices)
-    device = parse_devices(plain(cfg.trainer.devices), cuda_devices)[0]
-    precision = parse_precision(cfg.trainer.precision, accelerator)
+    accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
+    device = ids[0]  # evaluation runs on one device
 
     import pytorch_lightning as pl  # the checks passed: now the heavy part
 
