@@ -198,7 +198,7 @@ def test_generated_configs_resolve_or_are_refused_in_one_line(case):
 
 
 @pytest.mark.slow
-@settings(max_examples=1000, deadline=None, suppress_health_check=HEALTH)
+@settings(max_examples=500, deadline=None, suppress_health_check=HEALTH)
 @given(drawn_configs())
 def test_many_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)
