@@ -42,6 +42,18 @@ NAMED = {
         "model.optimizer.lrr is not a setting: did you mean model.optimizer.lr?",
         ["model.optimizer.lr"],
     ),
+    "key_learning_rate": (  # Hydra's _target_ and _partial_ are as close, and never meant
+        "config",
+        ["model.optimizer.learning_rate=0.1"],
+        "model.optimizer.learning_rate is not a setting: did you mean model.optimizer.lr?",
+        ["model.optimizer.lr"],
+    ),
+    "key_hydra_target": (
+        "config",
+        ["model.optimizer._targt_=x"],
+        "model.optimizer._targt_ is not a setting: did you mean model.optimizer._target_?",
+        ["model.optimizer._target_"],
+    ),
     "key_batch_size": (
         "config",
         ["data.batchsize=64"],

@@ -214,6 +214,8 @@ class ConfTree:
         if unlocked := self.options_giving(key):
             return Typo(f"{key} is not a setting {unlocked}", [])
         close = closest(key, [c for c in self.candidates(key) if not is_above(c, key)])
+        if not key.rpartition(".")[2].startswith("_"):  # Hydra's own keys only for _typos_
+            close = [c for c in close if not c.rpartition(".")[2].startswith("_")]
         hint = f" (python {script_name()} --cfg job lists them)" if not close else ""
         if in_trainer(key) and not any(c.startswith("+") for c in close):
             hint = f" (a new Trainer argument is added with +{TRAINER}.<name>)"
