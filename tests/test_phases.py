@@ -11,7 +11,7 @@ import torch
 from conftest import TINY, run_script, tensorboard_scalars
 
 from multigpu.callbacks.phase_timer import OVERLAP, WAIT, PhaseStats, split_allreduce
-from multigpu.callbacks.phases import DATA, OTHER, PhaseClock, StepTimes, union_length
+from multigpu.models.phases import DATA, OTHER, PhaseClock, StepTimes, union_length
 from multigpu.tools.report import write_report
 
 

@@ -1,9 +1,9 @@
-"""Lightning callbacks and what they measure with: checkpoints, the epoch history, timers and
-step phases, the divergence stop, the progress bar, TensorBoard's logger, HParams and figures.
+"""Lightning callbacks: checkpoints, the epoch history, timers and the step phases' timer (its
+clock is ``multigpu.models.phases``), the divergence stop, the progress bar, TensorBoard's
+logger, HParams and figures.
 
 The callbacks are imported on first use (``multigpu.callbacks.LastCheckpoint``), not with the
-package: ``phases`` is torch-free, and the sweep report (JSON in, pictures out) imports it
-without loading torch or Lightning."""
+package, so that what imports one of them loads only that one."""
 
 from __future__ import annotations
 

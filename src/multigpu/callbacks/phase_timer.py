@@ -4,7 +4,7 @@ per epoch in TensorBoard as ``phase/<name>_ms``.
 Lightning's hooks cut each step into ``loss`` (the training step outside the network: loss,
 metrics, logging), ``backward``, ``other`` (between backward and the optimizer: clipping) and
 ``optimizer`` (its step); the module marks ``forward`` and the strategies their own phases
-inside these (``multigpu.callbacks.phases``). Under DDP a communication hook times each bucket's
+inside these (``multigpu.models.phases``). Under DDP a communication hook times each bucket's
 allreduce: the part of it that backward waits for after its last gradient is ready is the
 phase ``allreduce_wait``; the rest ran beside the backward computation
 (``allreduce_overlap``, outside the step's sum).
@@ -22,8 +22,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 from typing_extensions import override
 
-from multigpu.callbacks import phases
-from multigpu.callbacks.phases import DATA, PhaseClock, StepTimes, in_order, union_length
+from multigpu.models import phases
+from multigpu.models.phases import DATA, PhaseClock, StepTimes, in_order, union_length
 from multigpu.storage.atomic import write_json
 
 SCHEMA = 1
@@ -197,7 +197,7 @@ class PhaseStats:
         self.step_sums[1] += total * total
 
     def summary(self) -> dict[str, tuple[float, float]]:
-        """Phases in a step's order (``multigpu.callbacks.phases.ORDER``)."""
+        """Phases in a step's order (``multigpu.models.phases.ORDER``)."""
         names = in_order(list(self.sums))
         return {name: _mean_sd(self.sums[name], self.steps) for name in names}
 

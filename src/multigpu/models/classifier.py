@@ -14,9 +14,9 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
-from multigpu.callbacks.phases import phase
 from multigpu.config.names import SCHEDULER_EPOCH_KEYS, Decayed, SchedulerInterval
 from multigpu.config.settings import plain
+from multigpu.models.phases import phase
 
 Network = Callable[[Tensor], Tensor]
 log = logging.getLogger(__name__)

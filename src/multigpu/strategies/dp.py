@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from multigpu.callbacks.phases import phase
+from multigpu.models.phases import phase
 from multigpu.strategies.in_process import InProcessStrategy
 
 

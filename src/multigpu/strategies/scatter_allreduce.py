@@ -29,7 +29,7 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from multigpu.callbacks.lightning_compat import strategy_backward
-from multigpu.callbacks.phases import phase
+from multigpu.models.phases import phase
 from multigpu.strategies.comm import (
     FlatBuffer,
     FlatBuffers,

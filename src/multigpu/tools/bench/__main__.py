@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.schema import (
+from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, cuda_device_count
+from multigpu.storage.atomic import write_atomically, write_json
+from multigpu.tools.arguments import (
     DefaultsHelp,
     OneLineParser,
     existing_folder,
@@ -29,8 +31,6 @@ from multigpu.config.schema import (
     output_folder,
     path_name,
 )
-from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, cuda_device_count
-from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.tools.bench.report import RATIOS, compute_ratios, mfu, to_markdown
 
 REPO = Path(__file__).resolve().parents[4]

@@ -15,7 +15,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.schema import DefaultsHelp, OneLineParser, existing_folder, number, output_file
+from multigpu.tools.arguments import (
+    DefaultsHelp,
+    OneLineParser,
+    existing_folder,
+    number,
+    output_file,
+)
 from multigpu.tools.predict.cost_model import (
     Cluster,
     Link,

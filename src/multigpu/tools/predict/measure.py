@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from multigpu.callbacks.phases import COMPUTE, DATA
+from multigpu.models.phases import COMPUTE, DATA
 from multigpu.tools.predict.cost_model import Link, Workload
 
 INPUT_BYTES = 1 * 28 * 28 * 4  # one normalised Fashion-MNIST image, float32

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
+from multigpu.tools.arguments import OneLineParser
 from multigpu.tools.report import incomplete, to_text, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m multigpu.tools.report", description=__doc__)
+    parser = OneLineParser(prog="python -m multigpu.tools.report", description=__doc__)
     parser.add_argument("sweep_dir", type=Path, help="e.g. outputs/multirun/<date>/<time>")
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():

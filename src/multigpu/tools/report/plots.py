@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from multigpu.callbacks.phases import COMPUTE, in_order  # noqa: E402
+from multigpu.models.phases import COMPUTE, in_order  # noqa: E402
 from multigpu.storage.atomic import atomic_file  # noqa: E402
 
 

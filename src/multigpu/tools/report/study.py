@@ -8,13 +8,13 @@ Reads JSON only, as the sweep report does.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+from multigpu.tools.arguments import OneLineParser, output_file
 from multigpu.tools.markdown import table
 from multigpu.tools.report.plots import plt, save
 from multigpu.tools.report.summary import job_time_to, load_jobs
@@ -156,9 +156,9 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("study_dir", type=Path)
-    parser.add_argument("--plot", type=Path, help="where to write the curves (PNG)")
+    parser.add_argument("--plot", type=output_file(".png"), help="where to write the curves")
     args = parser.parse_args(argv)
     if not args.study_dir.is_dir():
         print(f"error: no study folder {args.study_dir}: pass the folder that holds the "

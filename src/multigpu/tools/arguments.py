@@ -1,0 +1,110 @@
+"""The types of the tools' command-line arguments (``python -m multigpu.tools.bench``,
+``...predict``, ``...report``): checked where they come in, a mistake answered as the entry points
+answer a config's, in one ``error:`` line naming the argument, exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import typing
+from collections.abc import Callable
+from pathlib import Path
+
+from multigpu.config.errors import WriteFailed
+from multigpu.storage.atomic import check_creatable
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, answering a mistake as the entry points answer a config's: one ``error:`` line
+    naming the argument, exit status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"error: {' '.join(message.split())}\n")
+
+
+class DefaultsHelp(argparse.RawDescriptionHelpFormatter):
+    """The module's docstring as written, and every option's default after its help (an
+    option whose default is nothing says in its help what leaving it out does)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def number(least: float, most: float, integer: bool = False) -> Callable[[str], float | int]:
+    """An argparse ``type``: a finite number (an integer if ``integer``) from ``least`` to
+    ``most``."""
+    ends = (f"{int(least)} to {int(most)}") if integer else f"{least:g} to {most:g}"
+    wanted = f"{'an integer' if integer else 'a number'} from {ends}"
+
+    def parse(text: str) -> float | int:
+        try:
+            value: float | int = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {wanted}") from None
+        if not (math.isfinite(value) and least <= value <= most):
+            raise argparse.ArgumentTypeError(f"{text} is not {wanted}")
+        return value
+
+    parse.__name__ = "integer" if integer else "number"
+    return parse
+
+
+def path_name(text: str) -> str:
+    """An argparse ``type``: a path as given, not empty and without NUL."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a path")
+    return text
+
+
+def existing_folder(text: str) -> Path:
+    """An argparse ``type``: a folder that exists (to read from)."""
+    path = Path(path_name(text)).expanduser()
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return path
+
+
+def output_folder(text: str) -> Path:
+    """An argparse ``type``: a folder to write into, created if missing: nothing on its way
+    may be a file, and the nearest existing folder must take new files."""
+    path = Path(path_name(text)).expanduser()
+    refuse_files_on_the_way(path)
+    writable(path)
+    return path
+
+
+def output_file(suffix: str) -> Callable[[str], Path]:
+    """An argparse ``type``: a ``suffix`` file to write (its folder is created if missing); the
+    suffix keeps a slip of the keyboard from overwriting some other file."""
+
+    def parse(text: str) -> Path:
+        path = Path(path_name(text)).expanduser()
+        if path.suffix.lower() != suffix:
+            raise argparse.ArgumentTypeError(f"{text} is not a {suffix} file name")
+        if path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text} is a folder: pass a file name")
+        refuse_files_on_the_way(path.parent)
+        writable(path.parent)
+        return path
+
+    parse.__name__ = f"{suffix} file"
+    return parse
+
+
+def refuse_files_on_the_way(folder: Path) -> None:
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise argparse.ArgumentTypeError(
+            f"{blocking} is a file, not a folder: pass a folder (it is created if missing)"
+        )
+
+
+def writable(folder: Path) -> None:
+    """The folder, or the nearest one above it that exists, takes new files."""
+    try:
+        check_creatable(folder)
+    except WriteFailed as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
