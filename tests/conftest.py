@@ -146,3 +146,19 @@ def refusal_of(parse_args, args: list[str], capsys) -> str:
     said = capsys.readouterr().err
     assert exit.value.code == 2 and said.startswith("error: ") and said.count("\n") == 1
     return said
+
+
+def refusal_in(folder: Path, parse_args, args: list[str], monkeypatch, capsys) -> str:
+    """``refusal_of``, run from ``folder`` beside a file named ``a-file`` (a folder argument
+    that is a file); ``$MULTIGPU_DATA`` unset (CI gives it relative, which the chdir breaks)."""
+    monkeypatch.delenv("MULTIGPU_DATA", raising=False)
+    monkeypatch.chdir(folder)
+    (folder / "a-file").write_text("")
+    return refusal_of(parse_args, args, capsys)
+
+
+def help_of(parse_args, capsys) -> str:
+    """A tool's ``--help``, its whitespace folded to single spaces."""
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    return " ".join(capsys.readouterr().out.split())

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_DATA
@@ -15,19 +17,33 @@ from test_gpu import STRATEGIES
 pytestmark = pytest.mark.subprocess
 
 
-@pytest.mark.slow
-def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
-    env = {**os.environ, "OUT": str(tmp_path), "MULTIGPU_DATA": str(SHARED_DATA)}
+def acceptance(out: Path, *args: str, timeout: float) -> str:
+    """``scripts/gpu_acceptance.sh args`` as a user types it, writing into ``out``; its report."""
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "OUT": str(out), "MULTIGPU_DATA": str(SHARED_DATA), "PATH": path}
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_acceptance.sh"), "all", "--cpu"],
+        ["bash", str(REPO / "scripts" / "gpu_acceptance.sh"), *args],
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=timeout,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = (tmp_path / "gpu.md").read_text()
+    report = (out / "gpu.md").read_text()
     assert report.startswith("# GPU acceptance (CPU dry run)")
+    return report
+
+
+@pytest.mark.slow
+def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
+    """``--cpu`` first, as a user may type it (the gpu tests only: collected and skipped)."""
+    report = acceptance(tmp_path, "--cpu", "tests", timeout=300)
+    assert "| gpu tests | pass (0 passed, 0 failed," in report and "Whole epochs" not in report
+
+
+@pytest.mark.slow
+def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
+    report = acceptance(tmp_path, "all", "--cpu", timeout=600)
     # Every gpu test was collected, and skipped for want of CUDA, with the reason.
     skipped = re.findall(
         r"^\| (test_\w+(?:\[[^\]]*\])?) \| skipped: needs a CUDA GPU", report, re.M

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SHARED_DATA, refusal_of
+from conftest import REPO, SHARED_DATA, help_of, refusal_in
 
 from multigpu.tools.bench.report import paired_ratio
 
@@ -120,20 +120,13 @@ def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
     from multigpu.tools.bench.__main__ import parse_args
 
-    # The default --data-source comes from $MULTIGPU_DATA, which CI gives as a relative path
-    # that the chdir below would break: each case here tests its own argument only.
-    monkeypatch.delenv("MULTIGPU_DATA", raising=False)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a-file").write_text("")
-    assert text in refusal_of(parse_args, args, capsys)
+    assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
 
 
 def test_every_option_says_its_default(capsys):
     from multigpu.tools.bench.__main__ import parse_args
 
-    with pytest.raises(SystemExit):
-        parse_args(["--help"])
-    shown = " ".join(capsys.readouterr().out.split())
+    shown = help_of(parse_args, capsys)
     for option in ("--batch", "--steps", "--warmup", "--width", "--repeats", "--jobs", "--out"):
         assert f"{option} " in shown
     assert shown.count("(default: ") >= 13  # every option but --tiny, whose default is off

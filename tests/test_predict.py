@@ -7,7 +7,7 @@ import json
 import math
 
 import pytest
-from conftest import TINY, refusal_of, run_module, run_script
+from conftest import TINY, help_of, refusal_in, run_module, run_script
 
 from multigpu.tools.predict.cost_model import (
     Cluster,
@@ -160,17 +160,13 @@ def test_check_against_a_real_sweep_of_this_machine(tmp_path):
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):
     from multigpu.tools.predict.__main__ import parse_args
 
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "a-file").write_text("")
-    assert text in refusal_of(parse_args, args, capsys)
+    assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
 
 
 def test_every_option_says_its_default(capsys):
     from multigpu.tools.predict.__main__ import parse_args
 
-    with pytest.raises(SystemExit):
-        parse_args(["--help"])
-    shown = " ".join(capsys.readouterr().out.split())
+    shown = help_of(parse_args, capsys)
     for option, default in (("--gpu-images-per-s", 30000), ("--fixed-ms", 0.5)):
         assert f"{option} " in shown and f"(default: {default})" in shown
     assert "(default: 256)" in shown and "--check SWEEP_DIR" in shown and "--plot PNG" in shown

@@ -225,11 +225,28 @@ def test_optuna_sweep_runs_trials(tmp_path):
     assert len(read_summary(tmp_path)) == 2
 
 
+# Sweeps whose jobs start DDP processes of their own (spawned in a multirun): {name: (what is
+# swept, each job's (folder, strategy it resolved to))}. ``auto`` is the sweep this project
+# exists for, without a ``strategy=``: one device runs alone, two under DDP.
+DDP_SWEEPS = {
+    "auto_over_device_counts": (
+        ["trainer.devices=1,2"],
+        [("devices_1", "single"), ("devices_2", "ddp")],
+    ),
+    "ddp_and_ddp_spawn": (
+        ["strategy=ddp,ddp_spawn", "trainer.devices=2"],
+        [("strategy_ddp", "ddp"), ("strategy_ddp_spawn", "ddp_spawn")],
+    ),
+}
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_the_default_strategy_sweeps_device_counts_with_no_stray_folders(tmp_path):
-    """The sweep this project exists for, without a ``strategy=``: ``auto`` runs one device
-    alone and two under DDP (spawned in a multirun); the summary names what each became."""
+@pytest.mark.parametrize("sweep", sorted(DDP_SWEEPS))
+def test_ddp_jobs_of_a_multirun_complete_with_no_stray_folders(tmp_path, sweep):
+    """Each job completes as what it resolved to, and the children write nothing outside
+    the sweep's folder; the summary names the strategy each job became."""
+    swept, expected = DDP_SWEEPS[sweep]
     result = run_script(
         "train.py",
         "-m",
@@ -238,38 +255,17 @@ def test_the_default_strategy_sweeps_device_counts_with_no_stray_folders(tmp_pat
         "data.num_train=64",
         "data.num_test=32",
         "data.batch_size=32",
-        "trainer.devices=1,2",
+        *swept,
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_summary(tmp_path / "sweep")
     assert [(r["job"], r["strategy"], r["status"]) for r in rows] == [
-        ("devices_1", "single", "completed"),
-        ("devices_2", "ddp", "completed"),
+        (job, strategy, "completed") for job, strategy in expected
     ]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
-
-
-@pytest.mark.slow
-def test_ddp_in_a_multirun_leaves_no_stray_folders(tmp_path):
-    result = run_script(
-        "train.py",
-        "-m",
-        *TINY,
-        "data=synthetic",
-        "data.num_train=64",
-        "data.num_test=32",
-        "data.batch_size=32",
-        "strategy=ddp,ddp_spawn",
-        "trainer.devices=2",
-        f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert [r["status"] for r in read_summary(tmp_path / "sweep")] == ["completed"] * 2
     folders = sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir())
-    assert folders == ["strategy_ddp", "strategy_ddp_spawn"]
+    assert folders == [job for job, _ in expected]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep"]  # no outputs/ from children
 
 

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
-import subprocess
 import sys
 import warnings
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO, SHARED_DATA, TINY, run_script
+from conftest import TINY, run_script
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -332,26 +330,6 @@ def test_the_acceptance_takes_its_part_and_options_in_any_order():
     assert acceptance_args(["--cpu"]).part == "all"
     with pytest.raises(SystemExit):
         acceptance_args(["tests", "--part", "bench"])
-
-
-@pytest.mark.slow  # a whole acceptance dry run
-@pytest.mark.subprocess
-def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
-    """The shell script as a user types it, ``--cpu`` first (the gpu tests only: collected and
-    skipped in seconds; the whole dry run is tests/test_acceptance.py's, marked slow)."""
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "OUT": str(tmp_path), "MULTIGPU_DATA": str(SHARED_DATA), "PATH": path}
-    result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "gpu_acceptance.sh"), "--cpu", "tests"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = (tmp_path / "gpu.md").read_text()
-    assert report.startswith("# GPU acceptance (CPU dry run)")
-    assert "| gpu tests | pass (0 passed, 0 failed," in report and "Whole epochs" not in report
 
 
 def bench_report(tiny: bool) -> dict:
