@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from pytorch_lightning.trainer.states import TrainerFn
 from typing_extensions import override
 
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+from multigpu.models.phases import device_now
 
 
 class EpochTimer(Callback):
@@ -30,13 +25,11 @@ class EpochTimer(Callback):
         self._samples = 0
 
     def _resume(self, trainer: Trainer) -> None:
-        _synchronize(trainer.strategy.root_device)
-        self._started = time.perf_counter()
+        self._started = device_now(trainer.strategy.root_device)
 
     def _pause(self, trainer: Trainer) -> None:
         if self._started is not None:
-            _synchronize(trainer.strategy.root_device)
-            self._elapsed += time.perf_counter() - self._started
+            self._elapsed += device_now(trainer.strategy.root_device) - self._started
             self._started = None
 
     @override

@@ -44,6 +44,17 @@ def in_order(names: list[str]) -> list[str]:
     return known + [n for n in names if n not in ORDER]
 
 
+def device_now(device: torch.device) -> float:
+    """``time.perf_counter()`` once ``device`` has done the work queued on it: the one clock
+    every timing of whole steps and epochs reads (the epoch timer, the benchmark's step timer),
+    so that a GPU's work is counted in the step that issued it, not in the one that waits."""
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def phase(name: str) -> Any:
     """A named phase of the current step, if a clock (or a profiler) is listening."""
     if _active is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import resource
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import torch
 from pytorch_lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
+from multigpu.models.phases import device_now
 from multigpu.storage.atomic import write_json
 
 
@@ -52,15 +52,8 @@ def time_steps(step: Callable[[int], None], args: argparse.Namespace, device) ->
     for i in range(args.warmup + args.steps):
         step(i)
         if i + 1 == args.warmup:
-            sync(device)
-            start = time.perf_counter()
-    sync(device)
-    write_result(args.out, args.steps, args.batch, time.perf_counter() - start, device)
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+            start = device_now(device)
+    write_result(args.out, args.steps, args.batch, device_now(device) - start, device)
 
 
 class StepTimer(Callback):
@@ -81,8 +74,7 @@ class StepTimer(Callback):
         step = trainer.global_step
         if step < self.warmup:
             return
-        sync(pl_module.device)
-        now = time.perf_counter()
+        now = device_now(pl_module.device)
         if step == self.warmup:
             self._start = now
         else:
