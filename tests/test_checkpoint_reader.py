@@ -714,3 +714,27 @@ def test_eval_refuses_an_edited_checkpoint_in_one_line(real, tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     assert lines[-1].startswith(f"error: ckpt_path={bad} is malformed: epoch is 'abc'"), lines[-1]
+
+
+def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_path):
+    """What the run checked (``start_from``) is what Lightning restores, handed over once:
+    the file changed in between is not read; any other read goes through the checked reader."""
+    import pickle
+
+    from multigpu.storage.checkpoint_io import AtomicCheckpointIO
+
+    path = tmp_path / "last.ckpt"
+    path.write_bytes((trained / "last.ckpt").read_bytes())
+    checked = load_checkpoint(path)
+    io = AtomicCheckpointIO()
+    io.hand_over(path, checked)
+    assert "_checked" not in pickle.loads(pickle.dumps(io)).__dict__  # spawn reads the file
+    path.write_bytes(b"\x00 changed after the check")
+    assert io.load_checkpoint(str(path)) is checked  # Lightning passes a str or a Path
+    with pytest.raises(UserError, match="is not a readable checkpoint"):
+        io.load_checkpoint(path)  # taken once: a second restore reads the file, checked
+    edited = copy.deepcopy(real)
+    edited["epoch"] = "abc"
+    other = save(edited, tmp_path / "other.ckpt")
+    with pytest.raises(UserError, match="epoch is 'abc'"):
+        io.load_checkpoint(other)

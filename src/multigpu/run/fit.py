@@ -99,23 +99,27 @@ def check_classes(module: ImageClassifier, datamodule: pl.LightningDataModule) -
         )
 
 
-def start_from(admission: Admission, module: ImageClassifier, cfg: DictConfig) -> None:
+def start_from(
+    admission: Admission, module: ImageClassifier, cfg: DictConfig
+) -> dict[str, Any] | None:
     """A checkpoint to resume from must be intact, of the same run, fit this network and carry
     training state; one to start from must fit this network, and gives it its weights. All
-    checked before any training (and with ``weights_only``, before Lightning reads it)."""
+    checked before any training; the checkpoint to resume is returned, for Lightning to restore
+    what was checked."""
     path = admission.ckpt_path or admission.init_from
     if path is None:
-        return
+        return None
     checkpoint = load_checkpoint(path)
     check_fits(path, checkpoint, module.net, plain(cfg.model.net))
     if admission.init_from is not None:
         module.net.load_state_dict(network_state(checkpoint))
         log.info("starting from the weights of %s", path)
-        return
+        return None
     allowed = list(admission.resume.changed) if admission.resume else []
     check_same_run(path, stored_settings(checkpoint), admission.settings, allowed)
     check_resumable(path, checkpoint)
     log.info("resuming from %s", path)
+    return checkpoint
 
 
 # What a failed collective says, by backend: the peer closed its connections (it exited), or
@@ -144,11 +148,11 @@ def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
         raise
 
 
-def plugins(run: Run) -> list[Any]:
+def plugins(run: Run, checkpoint_io: AtomicCheckpointIO) -> list[Any]:
     """Atomic checkpoint files; under SLURM, Lightning's SLURM environment without its own
     requeue on the warning signal (which saves a mid-epoch checkpoint): requeueing is ours,
     and a requeued job resumes from its last epoch's checkpoint, as any restart does."""
-    found: list[Any] = [AtomicCheckpointIO()]
+    found: list[Any] = [checkpoint_io]
     if run.launcher == "cluster" and slurm_started(os.environ):
         found.append(SLURMEnvironment(auto_requeue=False))
         requeue_on_warning(os.environ)
@@ -166,7 +170,10 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         strategy.record_failure = record.fail  # a bound method: spawn pickles the strategy
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
-    start_from(admission, module, cfg)
+    checkpoint_io = AtomicCheckpointIO()
+    checked = start_from(admission, module, cfg)
+    if checked is not None and ckpt_path is not None:
+        checkpoint_io.hand_over(ckpt_path, checked)
     check_classes(module, datamodule)
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
     if cfg.get("phases"):
@@ -185,7 +192,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             HParamsSummary(record),
             *callbacks,
         ],
-        plugins=plugins(run),
+        plugins=plugins(run, checkpoint_io),
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
         logger=build(cfg.logger) if cfg.get("logger") else False,

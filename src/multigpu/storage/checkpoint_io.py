@@ -4,7 +4,8 @@ Lightning's ``torch.save`` checkpoint gets the digest of its contents
 (``multigpu.storage.checkpoint``), is serialised in memory, then written through
 ``multigpu.storage.atomic`` (a temporary file beside the target, flushed to disk, renamed over
 it). A process killed during the write leaves the
-previous checkpoint untouched; bytes damaged later are found when the file is read.
+previous checkpoint untouched; bytes damaged later are found when the file is read, and it is
+read through ``multigpu.storage.checkpoint.load_checkpoint``, whoever reads it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from multigpu.storage.atomic import atomic_file
-from multigpu.storage.checkpoint import DIGEST, digest
+from multigpu.storage.checkpoint import DIGEST, digest, load_checkpoint
 
 
 def write_bytes(file: IO[bytes], data: memoryview) -> None:
@@ -38,3 +39,24 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         torch.save(checkpoint, buffer)
         with atomic_file(path) as file:
             write_bytes(file, buffer.getbuffer())
+
+    def hand_over(self, path: Path, checkpoint: dict[str, Any]) -> None:
+        """The checkpoint the run has read and checked (``start_from``), for Lightning's restore
+        of ``path`` to take instead of reading the file again."""
+        self._checked = (Path(path), checkpoint)
+
+    @override
+    def load_checkpoint(
+        self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        """Lightning's restore: what the run checked, taken once, so that what is restored is
+        what was checked (a file changed in between is not read); else the file, read through
+        the project's reader. Tensors are on the CPU; Lightning moves them to the device."""
+        checked, self._checked = getattr(self, "_checked", None), None
+        if checked is not None and checked[0] == Path(path):
+            return checked[1]
+        return load_checkpoint(path)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spawned DDP processes read the file themselves: no checkpoint in the pickle."""
+        return {k: v for k, v in self.__dict__.items() if k != "_checked"}
