@@ -9,6 +9,7 @@ from contextlib import redirect_stdout
 import hydra
 from omegaconf import DictConfig
 
+from multigpu.callbacks.interrupts import sigterm_interrupts
 from multigpu.config.typos import check_command_line
 from multigpu.run.cli import report_user_errors
 from multigpu.run.evaluation import evaluate  # torch-free until the settings are checked
@@ -20,7 +21,8 @@ quiet()
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
 @report_user_errors
 def main(cfg: DictConfig) -> float:
-    with redirect_stdout(sys.stderr):  # whatever the evaluation prints is not the result
+    # whatever the evaluation prints is not the result; SIGTERM ends it with one line
+    with redirect_stdout(sys.stderr), sigterm_interrupts():
         result = evaluate(cfg)
     print(json.dumps(result), flush=True)
     return result["test_acc"]

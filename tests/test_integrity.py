@@ -290,6 +290,34 @@ def test_a_run_that_trained_no_epoch_is_not_completed(tmp_path, before):
     check_trained(record, before)  # one epoch more: trained
 
 
+@pytest.mark.parametrize("status", ["interrupted", "failed", "running"])
+def test_an_unfinished_folder_holding_max_epochs_is_a_notice_not_a_new_ending(tmp_path, status):
+    """Run again with a ``trainer.max_epochs`` its checkpoint already holds: nothing to train,
+    said in one notice, and the folder as it was (not relabelled ``failed`` or ``completed``)."""
+    from multigpu.config.errors import NothingToDo
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    cfg = compose_config([*SYNTHETIC, "trainer.max_epochs=1"], tmp_path)
+    choices = hydra_runtime(cfg)[0]
+    first = admit(cfg, choices, Machine(0, 2, {}, False), tmp_path)
+    record = RunRecord(tmp_path / "metrics.json", first.run.record(), settings=first.settings)
+    record.claim([])
+    record.add_epoch({"epoch": 1, "test_acc": 0.5, "train_loss": 1.0})
+    if status != "running":
+        record.finish(Outcome(status, "stopped", 1))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"epoch 1's")
+    before = snapshot(tmp_path)
+    with pytest.raises(NothingToDo, match=f"holds this run, {status} after 1 epoch"):
+        admit(cfg, choices, Machine(0, 2, {}, False), tmp_path)
+    assert snapshot(tmp_path) == before
+    more = compose_config([*SYNTHETIC, "trainer.max_epochs=2"], tmp_path)
+    continued = admit(more, choices, Machine(0, 2, {}, False), tmp_path)
+    assert continued.continued == tmp_path / "checkpoints" / "last.ckpt"
+
+
 def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
     from multigpu.config.settings import Machine
     from multigpu.run.admission import admit

@@ -84,6 +84,38 @@ def test_eval_of_the_latest_checkpoint_reports_the_runs_test_accuracy(finished_r
     assert "GPU available" not in result.stderr and "TPU available" not in result.stderr
 
 
+@pytest.mark.subprocess
+def test_eval_stopped_by_sigterm_says_so_and_prints_no_result(finished_run, data_root):
+    """Stopped while it loads or tests, eval.py exits 143 with one line and an empty stdout (a
+    script piping it sees a failure, not a success without a result)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO, SHARED_DATA
+
+    args = [f"ckpt_path={finished_run}/checkpoints/last.ckpt", f"data.root={data_root}"]
+    env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA)}
+    with subprocess.Popen(
+        [sys.executable, str(REPO / "eval.py"), *args, "trainer.accelerator=cpu"],
+        cwd=finished_run,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        time.sleep(4)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    if proc.returncode == 0:
+        pytest.skip("the evaluation ended before the signal (a fast machine)")
+    assert proc.returncode == 128 + signal.SIGTERM and out == "", err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("error: interrupted by SIGTERM"), err[-2000:]
+    assert "Traceback" not in err
+
+
 def test_eval_latest_without_runs_says_what_to_pass(tmp_path):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("eval", overrides=["ckpt_path=latest", f"paths.runs_dir={tmp_path}"])

@@ -148,7 +148,15 @@ def folder_state(
         return Folder(finished=previous)
     history = previous.get("history")
     history = history if isinstance(history, list) else []
-    return Folder(continued=last, history=history) if last.is_file() else Folder()
+    if not last.is_file():
+        return Folder()
+    if isinstance(max_epochs, int) and max_epochs != -1 and len(history) >= max_epochs:
+        raise NothingToDo(  # not continued to a `completed` of fewer epochs than it holds
+            f"{output_dir} holds this run, {status} after {len(history)} epoch(s), and "
+            f"trainer.max_epochs={max_epochs}: nothing to train, and its record is unchanged "
+            f"(continue it with trainer.max_epochs>{len(history)})"
+        )
+    return Folder(continued=last, history=history)
 
 
 def check_nothing_else(output_dir: Path) -> None:

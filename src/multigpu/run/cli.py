@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -54,6 +55,11 @@ def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return main(*args, **kwargs)
+        except KeyboardInterrupt:  # Ctrl-C before a run's own handling (imports, checks)
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print("error: interrupted by SIGINT", file=sys.stderr, flush=True)
+            sys.exit(128 + signal.SIGINT)
         except (UserError, RunStopped) as err:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise

@@ -11,11 +11,12 @@ for training: evaluation continues no run, so there are no settings to match.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import Interrupted, UserError
 from multigpu.config.schema import check_types, config_tree
 from multigpu.config.settings import Machine, plain, resolve_hardware
 from multigpu.run.resume import find_checkpoint
@@ -53,7 +54,15 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         enable_model_summary=False,
         use_distributed_sampler=False,
     )
-    (result,) = trainer.test(module, datamodule=datamodule, verbose=False)
+    try:
+        (result,) = trainer.test(module, datamodule=datamodule, verbose=False)
+    except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and SIGTERM (exit 0): no result
+        if not trainer.interrupted:
+            raise
+        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        raise Interrupted(
+            f"interrupted by {signum.name}: no test accuracy was measured", 128 + signum
+        ) from None
     return {
         "test_acc": result["test/acc"],
         "samples": len(datamodule.test_set),
