@@ -143,3 +143,24 @@ def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
             "train.py", *RUN, f"data.root={data_root}", f"ckpt_path={last}", cwd=tmp_path
         )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+
+def test_a_run_folder_behind_a_looping_link_or_a_file_is_refused_in_one_line(tmp_path):
+    """What Hydra's makedirs would fail on with a traceback, named before it runs."""
+    from multigpu.config.errors import WriteFailed
+    from multigpu.storage.atomic import check_creatable
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "file").write_text("")
+    for folder, said in [
+        (tmp_path / "a", "is a link that leads nowhere"),
+        (tmp_path / "a" / "run", f"{tmp_path / 'a'} is a link that leads nowhere"),
+        (tmp_path / "dangling" / "run", "is a link that leads nowhere"),
+        (tmp_path / "file" / "run", f"{tmp_path / 'file'} is a file, not a folder"),
+    ]:
+        with pytest.raises(WriteFailed, match=said):
+            check_creatable(folder)
+    check_creatable(tmp_path / "new" / "run")  # a folder still to be made: fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling", "file"]

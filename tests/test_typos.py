@@ -386,3 +386,28 @@ def test_a_typo_is_answered_before_torch_in_one_line(case, tmp_path):
     assert len(said) == 1 and said[0].startswith("error: ") and text in said[0], said
     assert "hydra" in imported and "torch" not in imported and "pytorch_lightning" not in imported
     assert list(tmp_path.iterdir()) == []  # no outputs/ folder, nothing written
+
+
+@pytest.mark.parametrize(
+    "argv,said",
+    [
+        (["model.optimizer.lr=${oc.env:NOPE_NOT_SET}"], "Environment variable 'NOPE_NOT_SET'"),
+        (["-m", "model.optimizer.lr=0.1,${oc.env:NOPE_NOT_SET}"], "NOPE_NOT_SET"),
+        (["hydra.run.dir=${oc.env:NOPE_NOT_SET}/x"], "hydra.run.dir=${oc.env:NOPE_NOT_SET}/x"),
+        (["seed=${seed}"], "Recursive interpolation detected"),
+        (["model.optimizer.lr=${no.such.key}"], "Interpolation key 'no.such.key' not found"),
+        (["data.root=${oc.env:HOME}/data"], None),
+        (["hydra.run.dir=${hydra:runtime.cwd}/x"], None),  # known once Hydra runs
+        (["model.net.width=${model.net.num_classes}"], None),
+        (["model.optimizer.lr=0.2"], None),  # no interpolation: nothing composed
+    ],
+)
+def test_an_interpolation_that_cannot_be_resolved_is_one_line_before_hydra(argv, said):
+    """Hydra would print pages of traceback for it (or, in a sweep, run the other jobs)."""
+    from multigpu.config.typos import check_interpolations
+
+    found = check_interpolations(argv, "config", CONF)
+    if said is None:
+        assert found is None
+    else:
+        assert found is not None and said in found and "cannot be resolved" in found, found

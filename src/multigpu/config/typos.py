@@ -97,6 +97,54 @@ def check_command_line(config_name: str) -> None:
     if typos:
         print(f"error: {'; '.join(t.message for t in typos)}", file=sys.stderr, flush=True)
         sys.exit(2)
+    if unresolved := check_interpolations(sys.argv[1:], config_name, conf_dir()):
+        print(f"error: {unresolved}", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
+def check_interpolations(argv: list[str], config_name: str, conf: Path) -> str | None:
+    """An override whose value is an interpolation (``${oc.env:NAME}``, ``${seed}``) that
+    cannot be resolved, said in one line now: later Hydra prints a page of traceback for it,
+    or (one job of a sweep) runs the others. Only a command line holding ``${`` pays for the
+    composition this takes."""
+    if not any("${" in arg for arg in argv):
+        return None
+    try:
+        overrides = parse_overrides(argv)
+    except UsageError:
+        return None
+    wanted = [(o.key_or_group, v) for o in overrides for v in interpolated(o)]
+    if not wanted:
+        return None
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf, open_dict
+    from omegaconf.errors import OmegaConfBaseException
+
+    tree = ConfTree(conf, config_name, overrides)
+    chosen = [line for o in overrides if (line := tree.composable(o))]
+    try:
+        with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+            cfg = compose(config_name, overrides=chosen, return_hydra_config=True)
+    except Exception:  # Hydra will say what is wrong with the choices themselves
+        return None
+    for key, text in wanted:
+        try:
+            with open_dict(cfg):
+                OmegaConf.update(cfg, key, text, force_add=True)
+            OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
+        except (OmegaConfBaseException, RecursionError, ValueError) as err:
+            reason = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
+            if "HydraConfig" in reason or "Unsupported interpolation type" in reason:
+                continue  # ${hydra:...} and the project's resolvers: known once Hydra runs
+            return f"{key}={text} cannot be resolved ({reason}): pass a value it can take"
+    return None
+
+
+def interpolated(override: Any) -> list[str]:
+    """The values of ``override`` (each of a sweep's) that are interpolations."""
+    value = override.value()
+    values = getattr(value, "list", None)  # a sweep's choices
+    return [v for v in ([value] if values is None else values) if isinstance(v, str) and "${" in v]
 
 
 def conf_dir() -> Path:

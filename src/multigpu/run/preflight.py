@@ -7,12 +7,15 @@ run owns its folder from here on; a sweep owns its sweep folder.
 from __future__ import annotations
 
 import copy
+import functools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.config.errors import UserError, WriteFailed, message
 from multigpu.config.job_names import job_folder_name, swept_keys
@@ -83,11 +86,13 @@ def check_sweep(config: DictConfig) -> None:
     sweep_dir = Path(config.hydra.sweep.dir)
     machine = Machine.this(multirun=True)
     for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
-        job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
         try:
+            job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
             admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
         except UserError as err:
             problems.append(f"job {number} ({name}): {message(err)}")
+        except OmegaConfBaseException as err:  # a value that cannot be resolved, say
+            problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
     if problems:
         refuse(
             f"{len(problems)} of {len(jobs)} jobs cannot run, so none was started: "
@@ -96,9 +101,27 @@ def check_sweep(config: DictConfig) -> None:
         )
 
 
+def guarded(check: Callable[..., None]) -> Callable[..., None]:
+    """Hydra turns an exception in a callback into a warning and goes on with the run: any
+    failure of the checks ends here instead, in one line, before anything is written."""
+
+    @functools.wraps(check)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            check(*args, **kwargs)
+        except (UserError, SystemExit, KeyboardInterrupt):
+            raise
+        except Exception as err:  # noqa: BLE001 - whatever it is, the run must not start
+            reason = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
+            refuse(f"the config could not be checked ({type(err).__name__}: {reason})", 2)
+
+    return wrapper
+
+
 class Preflight(Callback):
     """Admit the run (or the sweep's jobs) before Hydra writes anything."""
 
+    @guarded
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         folder = Path(config.hydra.run.dir)
         check_creatable_folder(str(folder), "hydra.run.dir")
@@ -114,6 +137,7 @@ class Preflight(Callback):
             refuse(message(err), err.exit_code)
         remember(folder, admission)
 
+    @guarded
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_creatable_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
         check_sweep(config)

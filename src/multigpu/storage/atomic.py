@@ -88,7 +88,18 @@ def check_creatable(folder: str | Path) -> None:
     """``folder``, or the nearest folder above it that exists, takes a new file (tried, then
     removed): a run folder that could not be created is refused before anything is written."""
     folder = Path(folder).absolute()
+    for place in (folder, *folder.parents):
+        if place.is_symlink() and not place.exists():  # a loop, or a missing target
+            raise WriteFailed(
+                f"cannot write {folder}: {place} is a link that leads nowhere (write elsewhere)",
+                errno.ELOOP,
+            )
     existing = next(p for p in (folder, *folder.parents) if p.exists())
+    if not existing.is_dir():
+        raise WriteFailed(
+            f"cannot write {folder}: {existing} is a file, not a folder (write elsewhere)",
+            errno.ENOTDIR,
+        )
     probe = temporary_name(existing / ".writable")
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
