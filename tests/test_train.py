@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -144,3 +145,30 @@ def test_checkpoint_loads_into_a_plain_module(finished_run):
     assert net(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
     state = torch.load(finished_run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     assert not any(key.startswith("module.") or ".module." in key for key in state)
+
+
+@pytest.mark.parametrize(
+    "overrides,said",
+    [
+        (["data.test_subset=0"], "data.test_subset=0 must be a positive integer"),
+        (["data.batch_size=0"], "data.batch_size=0 must be a positive integer"),
+        (["data.num_workers=-1"], "data.num_workers=-1 must be between 0 and"),
+        (["data=synthetic", "data.num_classes=0"], "data.num_classes=0 must be between 2 and"),
+        (["+data.foo=1"], "data.foo is not a setting of data=fashion_mnist"),
+        (["data.pipeline=bogus"], "data.pipeline='bogus' is not known: use one of"),
+        (["data.test_subset=99999999"], "data.test_subset=99999999 is more than the 10000 test"),
+        (["data=synthetic", "data.num_classes=5"], "was trained on 10 classes and the data has 5"),
+    ],
+)
+def test_eval_checks_its_data_as_training_does(finished_run, overrides, said):
+    """eval.py's data node goes through training's checks; the checkpoint's classes against
+    the data's once it is read."""
+    ckpt = finished_run / "checkpoints" / "last.ckpt"
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "eval",
+            overrides=[f"ckpt_path={ckpt}", f"paths.output_dir={finished_run}", *overrides],
+            return_hydra_config=True,
+        )
+    with pytest.raises(UserError, match=re.escape(said)):
+        evaluate(cfg)

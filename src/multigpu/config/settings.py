@@ -360,14 +360,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
     check_paths(tree)
     check_numbers(tree)
     check_cosine_length(tree)
-    for key, wanted in RANGES.items():
-        value = select(tree, key)
-        if is_number(value) and not wanted.holds(value):
-            raise UserError(
-                f"{key}={as_override(value)} must be {wanted.wanted}{example(tree, key)}"
-            )
-    for key, names in NAMES.items():
-        one_of(key, select(tree, key), names)
+    check_ranges_and_names(tree)
     check_targets(select(tree, "time_to_targets"))
     compile = select(tree, "model.compile")
     if not isinstance(compile, (bool, Mapping)) and compile not in (None, ABSENT):
@@ -375,6 +368,42 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
             f"model.compile={compile!r} must be true, false, or torch.compile's arguments, "
             "e.g. model.compile={mode:max-autotune}"
         )
+
+
+def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ()) -> None:
+    """Each number in its range and each choice one of its names (of ``nodes`` only, if
+    given)."""
+    for key, wanted in RANGES.items():
+        value = select(tree, key)
+        if key.startswith(nodes) and is_number(value) and not wanted.holds(value):
+            raise UserError(
+                f"{key}={as_override(value)} must be {wanted.wanted}{example(tree, key)}"
+            )
+    for key, names in NAMES.items():
+        if key.startswith(nodes):
+            one_of(key, select(tree, key), names)
+
+
+def check_evaluation(cfg: DictConfig, choices: Mapping[str, str]) -> None:
+    """``eval.py``'s config, through training's checks of what it shares: the data's keys,
+    numbers, ranges, names and sizes, and the trainer's numbers."""
+    tree = config_tree(cfg)
+    shared = ("data.", "trainer.")
+    check_numbers({key: tree[key] for key in ("data", "trainer") if key in tree})
+    data = tree["data"]
+    if target_of(data) in DATA_MODULE_KEYS:
+        known = (*DATA_MODULE_KEYS[target_of(data)], *CONFIG_ONLY_DATA_KEYS)
+        check_known("data", data, known, f"data={choices.get('data', '?')}")
+    check_ranges_and_names(tree, shared)
+    sizes = data_sizes(data)
+    if sizes is not None:  # the classes are the checkpoint's: eval.py compares them
+        check_data(data, {"num_classes": sizes[2]}, choices)
+
+
+def data_classes(data: Mapping[str, Any]) -> int | None:
+    """The number of classes of the configured data, where it is known without reading it."""
+    sizes = data_sizes(data)
+    return None if sizes is None else sizes[2]
 
 
 def is_number(value: Any) -> bool:

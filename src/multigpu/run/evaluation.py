@@ -18,7 +18,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
 from multigpu.config.schema import check_types, config_tree
-from multigpu.config.settings import Machine, plain, resolve_hardware
+from multigpu.config.settings import (
+    Machine,
+    check_evaluation,
+    data_classes,
+    plain,
+    resolve_hardware,
+)
+from multigpu.run.cli import hydra_runtime
 from multigpu.run.resume import find_checkpoint
 
 
@@ -30,6 +37,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
+    check_evaluation(cfg, hydra_runtime(cfg)[0])
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device
 
@@ -44,6 +52,12 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     data.pop("batch_size_per_device", None)  # a training-time scaling rule
     trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
     data.update({k: v for k, v in trained_with.items() if k in data})
+    trained, classes = module.hparams.net.get("num_classes", 10), data_classes(data)
+    if classes is not None and trained != classes:
+        raise UserError(
+            f"ckpt_path={path} was trained on {trained} classes and the data has {classes}: "
+            f"evaluate it on data with {trained} classes (the data its run had)"
+        )
     datamodule = build(data)
     trainer = pl.Trainer(
         accelerator=accelerator,
