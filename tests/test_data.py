@@ -187,3 +187,29 @@ def test_a_missing_labels_file_is_named(tmp_path, shared_data):
     assert f"Fashion-MNIST not found in {raw}: missing t10k-labels-idx1-ubyte (or .gz)" in message
     assert "missing t10k-images" not in message and "\n" not in message
     assert (raw / "t10k-images-idx3-ubyte").is_file()  # the others were unpacked
+
+
+@pytest.mark.parametrize("where", ["unpacked", "packed", "in_the_source"])
+def test_a_folder_in_place_of_a_data_file_is_named_in_one_line(tmp_path, shared_data, where):
+    """Whatever the OS refuses to read (here a folder where a file should be) is a line
+    naming the file, as a damaged file is."""
+    name = "t10k-labels-idx1-ubyte"
+    if where == "in_the_source":
+        source = tmp_path / "source"
+        source.mkdir()
+        for other in ALL_RAW_FILES:
+            (source / other).symlink_to(shared_data / "FashionMNIST" / "raw" / f"{other}.gz")
+        (source / name).unlink()
+        (source / name).mkdir()
+        root, bad = tmp_path / "root", source / name
+        module = FashionMNISTDataModule(root=str(root), source=str(source), download=False)
+    else:
+        raw = copy_raw(shared_data, tmp_path)
+        bad = raw / (name if where == "unpacked" else f"{name}.gz")
+        if where == "packed":
+            bad.unlink()
+        bad.mkdir()
+        module = FashionMNISTDataModule(root=str(tmp_path), download=False)
+    with pytest.raises(UserError) as err:
+        module.prepare_data()
+    assert str(bad) in str(err.value) and "\n" not in str(err.value), err.value

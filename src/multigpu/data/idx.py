@@ -51,8 +51,21 @@ def read_header(path: Path) -> tuple[int, tuple[int, ...]]:
         return magic, struct.unpack(f">{ndim}I", raw_dims)
 
 
+def unreadable(path: Path, error: OSError) -> UserError:
+    """A data file the OS will not read (a folder in its place, no permission)."""
+    reason = error.strerror or type(error).__name__
+    return UserError(f"{path}: cannot be read ({reason}); delete it and fetch it again")
+
+
 def check_idx(path: Path, kind: str) -> int:
     """Check magic number, dimensions and size of an images or labels file; return its count."""
+    try:
+        return check_idx_file(path, kind)
+    except OSError as error:
+        raise unreadable(path, error) from None
+
+
+def check_idx_file(path: Path, kind: str) -> int:
     magic, dims = read_header(path)
     expected = IMAGES_MAGIC if kind == "images" else LABELS_MAGIC
     if magic != expected:
@@ -95,8 +108,11 @@ def _fill(target: Path, folders: list[Path]) -> None:
     for folder in folders:
         plain, packed = folder / target.name, folder / (target.name + ".gz")
         if plain.exists() and plain != target:
-            with open(plain, "rb") as source, atomic_file(target) as copy:
-                shutil.copyfileobj(source, copy, 1 << 20)
+            try:
+                with open(plain, "rb") as source, atomic_file(target) as copy:
+                    shutil.copyfileobj(source, copy, 1 << 20)
+            except OSError as error:  # reading the source (writing is atomic_file's to say)
+                raise unreadable(plain, error) from None
             return
         if packed.exists():
             gunzip(packed, target)
