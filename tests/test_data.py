@@ -213,3 +213,34 @@ def test_a_folder_in_place_of_a_data_file_is_named_in_one_line(tmp_path, shared_
     with pytest.raises(UserError) as err:
         module.prepare_data()
     assert str(bad) in str(err.value) and "\n" not in str(err.value), err.value
+
+
+def test_where_the_files_are_is_checked_before_a_run_makes_its_folder(tmp_path, shared_data):
+    """``check_reachable`` (run by the admission, torch-free) refuses what the data module
+    would refuse later, with the same line; a root that already holds the files is fine even
+    when it cannot be written."""
+    from multigpu.data.locate import check_reachable
+
+    (tmp_path / "a-file").write_text("")
+    empty = tmp_path / "empty"
+    for root, source, download, said in [
+        (empty, tmp_path / "nowhere", True, "data.source="),
+        (tmp_path / "a-file" / "root", shared_data, True, "a-file/root: cannot write"),
+        (empty, None, False, "Fashion-MNIST not found in"),
+    ]:
+        with pytest.raises(UserError, match=said):
+            check_reachable(root, source, download)
+        module = FashionMNISTDataModule(root=str(root), source=source and str(source),
+                                        download=download)  # fmt: skip
+        with pytest.raises(UserError, match=said):
+            module.prepare_data()
+    check_reachable(empty, shared_data, False)  # from the source
+    check_reachable(empty, None, True)  # downloaded later
+    raw = copy_raw(shared_data, tmp_path / "ready")
+    FashionMNISTDataModule(root=str(tmp_path / "ready"), download=False).prepare_data()
+    raw.chmod(0o555)
+    try:
+        check_reachable(tmp_path / "ready", None, False)  # unpacked: nothing to write
+    finally:
+        raw.chmod(0o755)
+    assert not empty.exists()

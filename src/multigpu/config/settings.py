@@ -373,14 +373,17 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
 def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ()) -> None:
     """Each number in its range and each choice one of its names (of ``nodes`` only, if
     given)."""
+    def chosen(key: str) -> bool:
+        return not nodes or key.startswith(nodes)
+
     for key, wanted in RANGES.items():
         value = select(tree, key)
-        if key.startswith(nodes) and is_number(value) and not wanted.holds(value):
+        if chosen(key) and is_number(value) and not wanted.holds(value):
             raise UserError(
                 f"{key}={as_override(value)} must be {wanted.wanted}{example(tree, key)}"
             )
     for key, names in NAMES.items():
-        if key.startswith(nodes):
+        if chosen(key):
             one_of(key, select(tree, key), names)
 
 

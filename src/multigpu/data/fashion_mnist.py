@@ -10,30 +10,17 @@ from typing_extensions import override
 
 from multigpu.config.errors import UserError, WriteFailed
 from multigpu.data.base import ImageDataModule
-from multigpu.data.idx import ALL_RAW_FILES, missing_files, prepare_raw_folder
+from multigpu.data.idx import prepare_raw_folder
+from multigpu.data.locate import (
+    check_source,
+    missing_data_message,
+    raw_folder,
+    source_folder,
+    unwritable_root_message,
+)
 from multigpu.storage.atomic import check_writable
 
 MEAN, STD = 0.2860, 0.3530
-SOURCE_URL = "https://github.com/zalandoresearch/fashion-mnist#get-the-data"
-
-
-def missing_data_message(raw: Path, source: Path | None = None) -> str:
-    """Which files are missing, where they were looked for, and where to get them."""
-    missing = missing_files(raw) or ALL_RAW_FILES
-    looked = f" (unpacked or .gz, there or in data.source={source})" if source else " (or .gz)"
-    names = ", ".join(f"{name}.gz" for name in ALL_RAW_FILES)
-    return (
-        f"Fashion-MNIST not found in {raw}: missing {', '.join(missing)}{looked}; put "
-        f"{names} there (from {SOURCE_URL}), or point data.source (or MULTIGPU_DATA) at a "
-        "folder holding FashionMNIST/raw/"
-    )
-
-
-def unwritable_root_message(root: Path, raw: Path, error: WriteFailed) -> str:
-    return (
-        f"data.root={root}: {error}; the data files are unpacked (or downloaded) there: pass "
-        f"a writable data.root, or put the four unpacked IDX files in {raw} first"
-    )
 
 
 class FashionMNISTDataModule(ImageDataModule):
@@ -61,25 +48,17 @@ class FashionMNISTDataModule(ImageDataModule):
 
     @property
     def raw_folder(self) -> Path:
-        return self.root / "FashionMNIST" / "raw"
+        return raw_folder(self.root)
 
     @property
     def source_folder(self) -> Path | None:
-        """``<source>/FashionMNIST/raw`` (or ``<source>`` itself when the files lie there)."""
-        if self.source is None:
-            return None
-        nested = self.source / "FashionMNIST" / "raw"
-        return nested if nested.is_dir() else self.source
+        return source_folder(self.source)
 
     @override
     def prepare_data(self) -> None:
         """Make the four IDX files usable in ``root``: unpack ``.gz`` files found in ``root`` or
         ``source``, else download, else stop with a message saying where to get them."""
-        if self.source is not None and not self.source.is_dir():
-            raise UserError(
-                f"data.source={self.source} is not a folder: point it (or MULTIGPU_DATA) at a "
-                "folder holding FashionMNIST/raw/*.gz, or set it to null"
-            )
+        check_source(self.source)
         try:
             if prepare_raw_folder(self.raw_folder, self.source_folder):
                 return

@@ -23,7 +23,9 @@ from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.computation import computation, describe, differences
 from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError
+from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, resolve_run
+from multigpu.data.locate import check_reachable
 from multigpu.run.resume import Resume, allowed_changes, plan_init, plan_resume
 from multigpu.storage.ckpt_path import LAST
 from multigpu.storage.ownership import is_free, occupied
@@ -78,6 +80,9 @@ def admit(
     own = folder_state(Path(output_dir), settings, run.max_epochs, rank_zero)
     if own.finished is not None:
         return Admission(run, settings, finished=own.finished)
+    data = cfg.data
+    if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
+        check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
     runs_dir = cfg.paths.runs_dir
     if ckpt_path is not None:
         net = container(cfg.model.net)
