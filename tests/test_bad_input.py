@@ -83,7 +83,7 @@ DATA_CASES = {
 
 CKPT_CASES = {
     "missing": ([], "does not exist"),
-    "not_a_checkpoint": ([], "is not a readable checkpoint"),
+    "not_a_checkpoint": ([], "is not a checkpoint (train.py writes a zip archive"),
     "latest_without_runs": ([], "ckpt_path=latest found no checkpoints/last.ckpt under outputs/"),
     "other_width": (
         ["model.net.width=8"],

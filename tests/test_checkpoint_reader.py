@@ -417,7 +417,7 @@ def test_torchs_refusal_is_cut_at_a_word(monkeypatch, tmp_path):
     kept = cut[: -len("...")]
     assert words.startswith(kept) and words[len(kept)] == " "
     path = tmp_path / "any.ckpt"
-    path.write_bytes(b"x")
+    path.write_bytes(b"PK\x03\x04 a zip archive's start")
 
     def refuse(*args, **kwargs):
         raise RuntimeError(words)
@@ -447,7 +447,7 @@ TORCH_ADVICE = (
 )
 def test_torchs_refusal_says_why(error, reason, monkeypatch, tmp_path):
     path = tmp_path / "any.ckpt"
-    path.write_bytes(b"x")
+    path.write_bytes(b"PK\x03\x04 a zip archive's start")
 
     def refuse(*args, **kwargs):
         raise error
@@ -731,10 +731,23 @@ def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_pa
     assert "_checked" not in pickle.loads(pickle.dumps(io)).__dict__  # spawn reads the file
     path.write_bytes(b"\x00 changed after the check")
     assert io.load_checkpoint(str(path)) is checked  # Lightning passes a str or a Path
-    with pytest.raises(UserError, match="is not a readable checkpoint"):
+    with pytest.raises(UserError, match="is not a checkpoint"):
         io.load_checkpoint(path)  # taken once: a second restore reads the file, checked
     edited = copy.deepcopy(real)
     edited["epoch"] = "abc"
     other = save(edited, tmp_path / "other.ckpt")
     with pytest.raises(UserError, match="epoch is 'abc'"):
         io.load_checkpoint(other)
+
+
+@pytest.mark.parametrize(
+    "content", [b'{"status": "completed"}', b"", b"\x00\x01", "é".encode()], ids=repr
+)
+def test_a_file_that_is_no_checkpoint_at_all_is_said_so_plainly(content, tmp_path):
+    """A metrics.json or any other file passed as ckpt_path: what it is not, in words, not
+    pickle's opcode numbers."""
+    path = tmp_path / "metrics.json"
+    path.write_bytes(content)
+    said = refused(path)
+    assert "is not a checkpoint (train.py writes a zip archive" in said, said
+    assert "operand" not in said

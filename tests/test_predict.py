@@ -155,6 +155,7 @@ def test_check_against_a_real_sweep_of_this_machine(tmp_path):
         (["--plot", "notes.txt"], "argument --plot: notes.txt is not a .png file name"),
         (["--plot", "a-file/p.png"], "a-file is a file, not a folder"),
         (["--check", "nowhere"], "argument --check: nowhere is not a folder"),
+        (["--gpu-image-per-s", "3"], "--gpu-image-per-s 3: did you mean --gpu-images-per-s?"),
     ],
 )
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):

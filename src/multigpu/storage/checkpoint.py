@@ -103,6 +103,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling fails in many ways (RecursionError included)
+        if not starts_like_a_checkpoint(path):  # pickle's own complaint would mean nothing
+            raise UserError(
+                f"ckpt_path={path} is not a checkpoint (train.py writes a zip archive of "
+                "tensors; this file is something else): pass a .ckpt file written by train.py"
+            ) from None
         code = re.search(r"GLOBAL (\S+)", str(err))
         if code:
             raise UserError(
@@ -125,6 +130,17 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     check_intact(checkpoint, path)
     check_structure(checkpoint, path)
     return checkpoint
+
+
+def starts_like_a_checkpoint(path: Path) -> bool:
+    """A zip archive (torch.save's format) or a pickle (torch's legacy one), by its first
+    bytes."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(4)
+    except OSError:
+        return True  # let the reader's own error say why
+    return head.startswith((b"PK\x03\x04", b"\x80"))
 
 
 def refusal(err: BaseException) -> str:

@@ -19,7 +19,21 @@ class OneLineParser(argparse.ArgumentParser):
     naming the argument, exit status 2."""
 
     def error(self, message: str) -> typing.NoReturn:
-        self.exit(2, f"error: {' '.join(message.split())}\n")
+        text = " ".join(message.split())
+        if text.startswith("unrecognized arguments: "):
+            text += self.suggestion(text.removeprefix("unrecognized arguments: ").split())
+        self.exit(2, f"error: {text}\n")
+
+    def suggestion(self, unknown: list[str]) -> str:
+        """``: did you mean --x?`` for a misspelt option (as train.py answers a misspelt key)."""
+        import difflib
+
+        options = [o for action in self._actions for o in action.option_strings]
+        for word in unknown:
+            close = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
+            if word.startswith("-") and close:
+                return f": did you mean {close[0]}?"
+        return ""
 
 
 class DefaultsHelp(argparse.RawDescriptionHelpFormatter):
