@@ -136,6 +136,11 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.max_steps=-2"],
         "trainer.max_steps=-2 must be -1 (no limit) or more",
     ),
+    "seed_null_leaves_the_split_seed_without_a_value": (
+        ["seed=null"],
+        "data.seed=null must be an integer, e.g. data.seed=42 (it follows ${seed}: set "
+        "data.seed itself as well)",
+    ),
     "limit_train_batches_zero": (
         ["+trainer.limit_train_batches=0"],
         "trainer.limit_train_batches=0 must be more than 0",

@@ -283,7 +283,10 @@ def check_types(cfg: DictConfig) -> None:
                 f"{path}={shown} must be a group of settings, e.g. "
                 f"{path}.{first.name}={as_override(example_of(first))}"
             )
-        check_node(path, node, schema)
+        try:
+            check_node(path, node, schema)
+        except UserError as err:
+            raise UserError(str(err) + interpolation_note(cfg, str(err).split("=")[0])) from None
 
 
 def check_node(path: str, node: Mapping[str, Any], schema: type) -> None:
@@ -298,6 +301,19 @@ def check_node(path: str, node: Mapping[str, Any], schema: type) -> None:
             example += f" (quote a name that looks like a number: {key}='{value}')"
         shown = "null" if value is None else repr(value)
         raise UserError(f"{key}={shown} must be {kind(hints[found.name])}, e.g. {example}")
+
+
+def interpolation_note(cfg: DictConfig, key: str) -> str:
+    """`` (it is ${seed}: ...)`` when ``key``'s value came from another key, which the user
+    may have set without knowing this one follows it."""
+    parent_key, _, name = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key) if parent_key else cfg
+    if not OmegaConf.is_config(parent) or name not in parent:
+        return ""
+    if not OmegaConf.is_interpolation(parent, name):
+        return ""
+    raw = parent._get_node(name)._value()  # noqa: SLF001 - the text before resolution
+    return f" (it follows {raw}: set {key} itself as well)"
 
 
 def example_of(found: Any) -> Any:
