@@ -159,6 +159,14 @@ def test_resume_changes_naming_no_setting_is_refused_with_the_closest():
                        ["model.scheduler.Tmax"])  # fmt: skip
 
 
+@pytest.mark.parametrize("name", ["trainer.devices", "data.root", "strategy", "strategy.timeout_s"])
+def test_resume_changes_naming_what_does_not_change_the_math_says_so(name):
+    """Such a key may change on a resume anyway: the line says that, not "did you mean"."""
+    saved = {"model.optimizer.lr": 0.1}
+    with pytest.raises(UserError, match=f"resume_changes names {name}, which does not change"):
+        check_same_run(Path("x.ckpt"), saved, saved, [name])
+
+
 def write_run(folder: Path, settings: dict, mtime: float) -> Path:
     (folder / "checkpoints").mkdir(parents=True)
     last = folder / "checkpoints" / "last.ckpt"

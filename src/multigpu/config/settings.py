@@ -373,6 +373,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
 def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ()) -> None:
     """Each number in its range and each choice one of its names (of ``nodes`` only, if
     given)."""
+
     def chosen(key: str) -> bool:
         return not nodes or key.startswith(nodes)
 

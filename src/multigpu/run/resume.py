@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.computation import as_text, describe, differences
+from multigpu.config.computation import (
+    IGNORED_KEYS,
+    IGNORED_NODES,
+    as_text,
+    describe,
+    differences,
+)
 from multigpu.config.errors import NothingToDo, UserError
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.record_file import BadRecord, read_record
@@ -135,6 +141,11 @@ def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[
     misspelt one would allow nothing, silently."""
     keys = set(saved) | set(current)
     for name in allowed:
+        if name in IGNORED_KEYS or name.split(".")[0] in IGNORED_NODES:
+            raise UserError(
+                f"resume_changes names {name}, which does not change what is computed: a "
+                "resume may change it without resume_changes; drop it from the list"
+            )
         if not any(k == name or k.startswith(f"{name}.") for k in keys):
             close = difflib.get_close_matches(name, sorted(keys), n=3)
             hint = (
