@@ -518,3 +518,15 @@ def test_write_json_output_is_strict_and_keeps_every_finite_value(values):
         parsed = json.loads(path.read_text(), parse_constant=refuse_constant)
     expected = [v if not isinstance(v, float) or math.isfinite(v) else None for v in values]
     assert parsed == {"values": expected}
+
+
+def test_a_record_that_is_a_link_leading_nowhere_is_a_bad_row(tmp_path):
+    """``Path.rglob`` leaves such links out: the report would have lost the job silently."""
+    (tmp_path / "dangling").mkdir()
+    (tmp_path / "dangling" / "metrics.json").symlink_to(tmp_path / "nowhere.json")
+    (tmp_path / "loop").mkdir()
+    (tmp_path / "loop" / "metrics.json").symlink_to("metrics.json")
+    rows = rows_of(tmp_path)
+    assert sorted(rows) == ["dangling", "loop"]
+    assert all(row["status"] == "unreadable" for row in rows.values())
+    assert "dangling/metrics.json" in rows["dangling"]["reason"]

@@ -19,6 +19,7 @@ from multigpu.config.job_names import share_swept_keys
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
 from multigpu.storage.outcome import outcome_of
+from multigpu.storage.record_file import records_below
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class SweepReport(Callback):
         from multigpu.tools.report import incomplete, to_text, write_report  # matplotlib: only now
 
         sweep_dir = Path(config.hydra.sweep.dir)
-        if not any(sweep_dir.rglob("metrics.json")):
+        if not records_below(sweep_dir):
             return
         rows = write_report(sweep_dir)
         print("\n" + to_text(rows), end="", flush=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import stat
 from collections.abc import Callable
@@ -104,6 +105,15 @@ def one_line(text: str) -> str:
 
 
 # The readers ---------------------------------------------------------------------------------
+def records_below(folder: str | Path) -> list[Path]:
+    """Every ``metrics.json`` below ``folder``, whatever it is: a link that leads nowhere is
+    one too (``Path.rglob`` leaves those out), for the reader to refuse by name."""
+    found = []
+    for parent, _, files in os.walk(folder):
+        found.extend(Path(parent) / name for name in files if name == "metrics.json")
+    return sorted(found)
+
+
 def read_record(path: str | Path) -> dict[str, Any]:
     """``metrics.json`` checked whole, then upgraded to the current schema
     (``multigpu.storage.record.upgrade``)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from multigpu.storage.record_file import records_below
 from multigpu.tools.arguments import OneLineParser
 from multigpu.tools.report import incomplete, to_text, write_report
 
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.sweep_dir.is_dir():
         print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
         return 2
-    if not any(args.sweep_dir.rglob("metrics.json")):
+    if not records_below(args.sweep_dir):
         print(
             f"error: no metrics.json below {args.sweep_dir}: pass a folder holding finished jobs",
             file=sys.stderr,

@@ -16,7 +16,7 @@ from typing import Any
 
 from multigpu.config.computation import differences
 from multigpu.storage.record import TIME_TO_TARGETS, target_key, time_to
-from multigpu.storage.record_file import BadRecord, read_phases, read_record
+from multigpu.storage.record_file import BadRecord, read_phases, read_record, records_below
 from multigpu.tools.markdown import cell, table
 
 COLUMNS = [
@@ -83,7 +83,7 @@ def load_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
     beside it as ``phases`` (runs with ``phases=true``, else None). A file that cannot be
     trusted gives a job of status ``unreadable``, or, for ``phases.json``, a ``note``."""
     sweep_dir = Path(sweep_dir)
-    jobs = [load_job(path, sweep_dir) for path in sweep_dir.rglob("metrics.json")]
+    jobs = [load_job(path, sweep_dir) for path in records_below(sweep_dir)]
     return sorted(jobs, key=lambda m: (len(m["job"]), m["job"]))
 
 
