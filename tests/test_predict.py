@@ -180,3 +180,18 @@ def test_a_bad_argument_is_one_line_and_exit_2(tmp_path):
     assert result.stderr.splitlines() == [
         "error: argument --batch-per-device: 0 is not an integer from 1 to 1048576"
     ]
+
+
+def test_check_names_the_files_it_could_not_use(tmp_path, capsys):
+    """A sweep whose phases.json are damaged: the refusal says which and why, not only that
+    none was found."""
+    from multigpu.tools.predict.__main__ import main
+
+    job = tmp_path / "devices_2"
+    job.mkdir()
+    (job / "phases.json").write_text("[1, 2")
+    (job / "metrics.json").write_text("{}")
+    assert main(["--check", str(tmp_path)]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("error: no multi-device job")
+    assert "devices_2/phases.json" in said or "devices_2/metrics.json" in said, said

@@ -125,16 +125,18 @@ def print_gpu_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> Non
 
 
 # Checking against this machine ----------------------------------------------------------------
-def check(sweep_dir: Path) -> list[dict[str, Any]]:
+def check(sweep_dir: Path) -> tuple[list[dict[str, Any]], list[str]]:
     """Predicted against measured step time for every multi-device job of the sweep that
-    timed its phases, from the one-device job of the same strategy and the links measured now."""
+    timed its phases, from the one-device job of the same strategy and the links measured now;
+    and the problems of the ``phases.json`` and ``metrics.json`` files that could not be used."""
     from multigpu.tools.predict.measure import copy_link, gloo_link, workload_from_run
     from multigpu.tools.report.summary import device_count, load_jobs
 
+    loaded = load_jobs(sweep_dir)
+    problems = [j.get("note") or j.get("reason") for j in loaded if j.get("note")]
+    problems += [j["reason"] for j in loaded if j.get("status") == "unreadable"]
     jobs = [
-        j
-        for j in load_jobs(sweep_dir)
-        if j.get("status") == "completed" and (j.get("phases") or {}).get("steps")
+        j for j in loaded if j.get("status") == "completed" and (j.get("phases") or {}).get("steps")
     ]  # runs that timed at least one step
     one = {j["run"]["strategy"]: j for j in jobs if device_count(j) == 1}
     links: dict[str, Link] = {}
@@ -170,7 +172,7 @@ def check(sweep_dir: Path) -> list[dict[str, Any]]:
                 "link": link,
             }
         )
-    return rows
+    return rows, problems
 
 
 COMMUNICATION = ("scatter", "replicate", "gather", "reduce", "allreduce_wait", "broadcast")
@@ -246,11 +248,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.check is not None:
-        rows = check(args.check)
+        rows, problems = check(args.check)
         if not rows:
+            unusable = f" (unusable: {'; '.join(problems)[:600]})" if problems else ""
             print(
                 f"error: no multi-device job with phases.json (and its one-device job) below "
-                f"{args.check}: sweep with phases=true and trainer.devices=1,2",
+                f"{args.check}{unusable}: sweep with phases=true and trainer.devices=1,2",
                 file=sys.stderr,
             )
             return 2
