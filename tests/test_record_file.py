@@ -530,3 +530,30 @@ def test_a_record_that_is_a_link_leading_nowhere_is_a_bad_row(tmp_path):
     assert sorted(rows) == ["dangling", "loop"]
     assert all(row["status"] == "unreadable" for row in rows.values())
     assert "dangling/metrics.json" in rows["dangling"]["reason"]
+
+
+def test_the_report_names_a_killed_run_and_leaves_a_folder_in_use_alone(tmp_path, capsys):
+    """A ``running`` record nobody holds ended unrecorded (SIGKILL): the row says so. A folder
+    a live run holds is not written into by the report command."""
+    import subprocess
+    import sys
+
+    from multigpu.tools.report.__main__ import main
+    from multigpu.tools.report.summary import ENDED_UNRECORDED
+
+    write_job(tmp_path, "killed", {**record("running"), "reason": None})
+    assert rows_of(tmp_path)["killed"]["reason"] == ENDED_UNRECORDED
+    hold = (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout.readline().strip() == "held"
+        try:
+            assert main([str(tmp_path)]) == 2
+            assert "is in use by a run (pid " in capsys.readouterr().err
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["killed"]  # nothing written
+        finally:
+            holder.kill()

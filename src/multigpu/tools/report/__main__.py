@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.record_file import records_below
 from multigpu.tools.arguments import OneLineParser
 from multigpu.tools.report import incomplete, to_text, write_report
@@ -16,6 +17,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():
         print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
+        return 2
+    if not is_free(args.sweep_dir):  # the sweep or run writes its own report when it ends
+        print(
+            f"error: {args.sweep_dir} is in use by a run ({holder(args.sweep_dir)}): report it "
+            "once that run has ended (a sweep writes its report itself)",
+            file=sys.stderr,
+        )
         return 2
     if not records_below(args.sweep_dir):
         print(

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from multigpu.config.computation import differences
+from multigpu.storage.ownership import is_free
 from multigpu.storage.record import TIME_TO_TARGETS, target_key, time_to
 from multigpu.storage.record_file import BadRecord, read_phases, read_record, records_below
 from multigpu.tools.markdown import cell, table
@@ -102,7 +103,17 @@ def load_job(path: Path, sweep_dir: Path) -> dict[str, Any]:
             phases = read_phases(phases_path)
         except BadRecord as bad:
             note = problem_line(bad, sweep_dir)
+    if record.get("status") == "running" and is_free(path.parent):
+        record = {**record, "reason": ENDED_UNRECORDED}
     return {**record, "job": job, "phases": phases, "note": note}
+
+
+# A record still ``running`` whose folder no process holds: its run ended without writing how
+# (SIGKILL, a machine that went down); running the same command again continues it.
+ENDED_UNRECORDED = (
+    "no process holds its folder: the run ended without recording how (killed?); the same "
+    "command continues it from its last checkpoint"
+)
 
 
 def unreadable_job(job: str, reason: str) -> dict[str, Any]:
