@@ -542,3 +542,17 @@ def test_sigterm_while_the_data_is_unpacked_is_recorded_and_leaves_no_partial_fi
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "interrupted" and record["reason"] == "interrupted by SIGTERM"
     assert not list(tmp_path.rglob("*.partial"))
+
+
+@pytest.mark.parametrize("folder", ["/", "..", "../.."])
+def test_a_run_folder_above_the_working_folder_is_refused(folder, tmp_path, monkeypatch, capsys):
+    """``hydra.run.dir=/`` would spread a run's files among the system's."""
+    from multigpu.run.preflight import check_creatable_folder
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit:
+        check_creatable_folder(folder, "hydra.run.dir")
+    assert exit.value.code == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"error: hydra.run.dir={folder} is a folder above the one this")
+    check_creatable_folder(str(tmp_path / "run"), "hydra.run.dir")  # a new folder: fine

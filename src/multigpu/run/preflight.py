@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,17 @@ def with_output_dir(config: DictConfig, folder: Path) -> DictConfig:
 
 
 def check_creatable_folder(folder: str, key: str) -> None:
+    """A folder the run can make its own: named, not one above the folder the command runs
+    in (``/`` would spread a run's files among the system's), and writable."""
+    place = Path(os.path.abspath(Path(folder).expanduser()))  # `..` resolved, links kept
+    empty = not str(folder).strip()
+    if empty or place in Path.cwd().parents:
+        what = "empty" if empty else "a folder above the one this command runs in"
+        refuse(
+            f"{key}={folder!s} is {what}: a run writes a folder of its own; pass a new one, "
+            f"e.g. {key}=outputs/my_run",
+            UserError.exit_code,
+        )
     try:
         check_creatable(folder)
     except WriteFailed as err:
