@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 from multigpu.callbacks.interrupts import sigterm_interrupts
 from multigpu.config.typos import check_command_line
-from multigpu.run.cli import report_user_errors
+from multigpu.run.cli import one_line_on_ctrl_c, report_user_errors
 from multigpu.run.evaluation import evaluate  # torch-free until the settings are checked
 from multigpu.run.quiet import quiet
 
@@ -29,5 +29,6 @@ def main(cfg: DictConfig) -> float:
 
 
 if __name__ == "__main__":
-    check_command_line("eval")  # a misspelt key or option: one line, exit 2
-    main()
+    with one_line_on_ctrl_c():
+        check_command_line("eval")  # a misspelt key or option: one line, exit 2
+        main()

@@ -4,7 +4,12 @@ import hydra
 from omegaconf import DictConfig
 
 from multigpu.config.typos import check_command_line
-from multigpu.run.cli import hydra_runtime, register_resolvers, report_user_errors
+from multigpu.run.cli import (
+    hydra_runtime,
+    one_line_on_ctrl_c,
+    register_resolvers,
+    report_user_errors,
+)
 from multigpu.run.quiet import quiet
 from multigpu.run.run_summary import print_closing_lines
 from multigpu.run.sweep import keep_sweeping
@@ -26,5 +31,6 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    check_command_line("config")  # a misspelt key or option: one line, exit 2
-    main()
+    with one_line_on_ctrl_c():
+        check_command_line("config")  # a misspelt key or option: one line, exit 2
+        main()
