@@ -57,6 +57,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return checked[1]
         return load_checkpoint(path)
 
+    @override
     def __getstate__(self) -> dict[str, Any]:
         """Spawned DDP processes read the file themselves: no checkpoint in the pickle."""
         return {k: v for k, v in self.__dict__.items() if k != "_checked"}

@@ -109,8 +109,9 @@ def records_below(folder: str | Path) -> list[Path]:
     """Every ``metrics.json`` below ``folder``, whatever it is: a link that leads nowhere is
     one too (``Path.rglob`` leaves those out), for the reader to refuse by name."""
     found = []
-    for parent, _, files in os.walk(folder):
-        found.extend(Path(parent) / name for name in files if name == "metrics.json")
+    for parent, folders, files in os.walk(folder):  # a folder so named is a bad record too
+        found.extend(Path(parent) / name for name in (*files, *folders) if name == "metrics.json")
+        folders[:] = [name for name in folders if name != "metrics.json"]
     return sorted(found)
 
 
