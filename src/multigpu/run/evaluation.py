@@ -29,6 +29,14 @@ from multigpu.run.cli import hydra_runtime
 from multigpu.run.resume import find_checkpoint
 
 
+def choices_of(cfg: DictConfig) -> dict[str, str]:
+    """The group options chosen, for the messages; none known when called outside Hydra."""
+    try:
+        return hydra_runtime(cfg)[0]
+    except ValueError:  # HydraConfig not set: a config composed by hand
+        return {}
+
+
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise UserError(
@@ -37,7 +45,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         )
     path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
-    check_evaluation(cfg, hydra_runtime(cfg)[0])
+    check_evaluation(cfg, choices_of(cfg))
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device
 
