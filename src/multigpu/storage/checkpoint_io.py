@@ -3,9 +3,9 @@
 Lightning's ``torch.save`` checkpoint gets the digest of its contents
 (``multigpu.storage.checkpoint``), is serialised in memory, then written through
 ``multigpu.storage.atomic`` (a temporary file beside the target, flushed to disk, renamed over
-it). A process killed during the write leaves the
-previous checkpoint untouched; bytes damaged later are found when the file is read, and it is
-read through ``multigpu.storage.checkpoint.load_checkpoint``, whoever reads it.
+it). A process killed during the write leaves the previous checkpoint untouched; bytes damaged
+later are found when the file is read; a resume restores the checkpoint the run read and
+checked (``hand_over``), not a second read of the file.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from typing_extensions import override
 
 from multigpu.storage.atomic import atomic_file
-from multigpu.storage.checkpoint import DIGEST, digest, load_checkpoint
+from multigpu.storage.checkpoint import DIGEST, digest
 
 
 def write_bytes(file: IO[bytes], data: memoryview) -> None:
@@ -50,12 +50,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
         """Lightning's restore: what the run checked, taken once, so that what is restored is
-        what was checked (a file changed in between is not read); else the file, read through
-        the project's reader. Tensors are on the CPU; Lightning moves them to the device."""
+        what was checked (a file changed in between is not read). Anything else is Lightning's
+        own read: the weights a spawned DDP process hands back through a temporary file, a
+        restore in a spawned process (which checked the file itself, in ``start_from``)."""
         checked, self._checked = getattr(self, "_checked", None), None
         if checked is not None and checked[0] == Path(path):
             return checked[1]
-        return load_checkpoint(path)
+        return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
     @override
     def __getstate__(self) -> dict[str, Any]:
