@@ -116,6 +116,7 @@ def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
         (["--data-root", ""], "argument --data-root: '' is not a path"),
         (["--only", "plain_loop", "nosuch", "other"], "--only nosuch other: no such"),
         (["--tny"], "unrecognized arguments: --tny: did you mean --tiny?"),
+        (["--data-root", "/dev/null"], "/dev/null is a file, not a folder"),
     ],
 )
 def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch, capsys):

@@ -92,3 +92,46 @@ def test_logger_and_callbacks_instantiate(tmp_path):
         "ProgressBar",
         "TestSetFigures",
     }
+
+
+def test_an_error_line_stays_one_line_whatever_it_quotes():
+    """A value with a line break (a path from an environment variable) cannot split the line
+    a script reads."""
+    from multigpu.config.errors import UserError, message
+
+    error = UserError("data.source=/tmp/a\nb is not a folder")
+    error.add_note("second\r\npart")
+    assert message(error) == "data.source=/tmp/a\\nb is not a folder; second\\r\\npart"
+
+
+def stopped_while_building():
+    from multigpu.config.errors import Interrupted
+
+    raise Interrupted("interrupted by SIGTERM", 143)
+
+
+def test_a_signal_while_a_constructor_runs_stays_an_interruption():
+    """Hydra wraps what a constructor raises; a SIGTERM while the network or Trainer is built
+    must still end the run ``interrupted`` (143), not ``failed``."""
+    from multigpu.config.errors import Interrupted
+    from multigpu.run.build import build
+
+    with pytest.raises(Interrupted, match="interrupted by SIGTERM"):
+        build({"_target_": "test_config.stopped_while_building"})
+
+
+@pytest.mark.parametrize(
+    "text,name",
+    [
+        ("DataLoader worker (pid 6873) is killed by signal: Terminated. ", "SIGTERM"),
+        ("DataLoader worker (pid(s) 12, 13) is killed by signal: Interrupt. ", "SIGINT"),
+        ("DataLoader worker (pid 6873) is killed by signal: Killed. ", None),
+        ("Connection closed by peer", None),
+    ],
+)
+def test_loader_workers_ended_by_a_signal_mean_the_run_was_interrupted(text, name):
+    """A SIGTERM to the process group (timeout, Slurm) reaches the workers first."""
+    from multigpu.run.fit import signal_of_loader_workers
+
+    found = signal_of_loader_workers(RuntimeError(text))
+    assert (found.name if found is not None else None) == name

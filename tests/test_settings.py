@@ -401,3 +401,10 @@ def test_the_default_strategy_is_single_on_one_device_and_ddp_on_several():
     gpus = resolved("trainer.devices=[2,3]", "trainer.accelerator=gpu", cuda_devices=4)
     assert (gpus.strategy, gpus.device_ids, gpus.trainer_devices) == ("ddp", (2, 3), [2, 3])
     assert slurm_tasks_per_node("auto", 2) == 2 and slurm_tasks_per_node("auto", 1) == 1
+
+
+def test_the_compile_modes_are_torchs():
+    """``model.compile.mode`` is checked before torch loads against this copy of its list."""
+    from torch._inductor import list_mode_options
+
+    assert set(names.COMPILE_MODES) == set(list_mode_options())

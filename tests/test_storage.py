@@ -164,3 +164,16 @@ def test_a_run_folder_behind_a_looping_link_or_a_file_is_refused_in_one_line(tmp
             check_creatable(folder)
     check_creatable(tmp_path / "new" / "run")  # a folder still to be made: fine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling", "file"]
+
+
+def test_the_report_of_a_sweep_on_a_read_only_disk_is_one_line(can_mount, tmp_path, capsys):
+    from test_record_file import record, write_job
+
+    from multigpu.tools.report.__main__ import main
+
+    sweep = tmp_path / "sweep"
+    write_job(sweep, "lr_0.1", record())
+    with read_only(sweep) as view:
+        assert main([str(view)]) == 1
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith(f"error: cannot write the report in {view}")

@@ -54,6 +54,18 @@ NAMED = {
         "model.optimizer._targt_ is not a setting: did you mean model.optimizer._target_?",
         ["model.optimizer._target_"],
     ),
+    "group_null": (  # Hydra's own answer is a traceback
+        "config",
+        ["experiment=null"],
+        "experiment=null: a config group takes one of its options (d2l, ",
+        [],
+    ),
+    "group_null_in_a_sweep": (
+        "config",
+        ["-m", "experiment=quickstart,null"],
+        "to leave it out, drop the override or write ~experiment",
+        [],
+    ),
     "key_batch_size": (
         "config",
         ["data.batchsize=64"],

@@ -72,5 +72,7 @@ def add_note(error: BaseException, note: str) -> None:
 
 
 def message(error: BaseException) -> str:
-    """The error's one line, with its notes."""
-    return "; ".join([str(error), *getattr(error, "__notes__", [])])
+    """The error's one line, with its notes: a line break inside a value it quotes (a path
+    from an environment variable, say) is shown as ``\\n``, so the line stays one."""
+    text = "; ".join([str(error), *getattr(error, "__notes__", [])])
+    return text.replace("\r", "\\r").replace("\n", "\\n")

@@ -141,6 +141,14 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "data.seed=null must be an integer, e.g. data.seed=42 (it follows ${seed}: set "
         "data.seed itself as well)",
     ),
+    "compile_mode_unknown": (
+        ["model.compile={mode:bogus}"],
+        "model.compile.mode='bogus' is not known: use one of default, lite, reduce-overhead",
+    ),
+    "limit_val_batches_zero": (
+        ["+trainer.limit_val_batches=0"],
+        "trainer.limit_val_batches=0 must be more than 0",
+    ),
     "limit_train_batches_zero": (
         ["+trainer.limit_train_batches=0"],
         "trainer.limit_train_batches=0 must be more than 0",

@@ -64,6 +64,8 @@ MODEL_KEYS = (
     *("label_smoothing", "tta_flip", "scheduler_interval", "weight_decay_on"),
 )
 COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")  # torch.compile
+# torch.compile's modes (``torch._inductor.list_mode_options``; a test compares them).
+COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
 # The strategies whose every argument is ours to know; DDP passes extra keys on to Lightning's
 # DDPStrategy (as the trainer does to Trainer), which answers them itself.
 STRATEGY_KEYS = {

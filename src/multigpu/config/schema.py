@@ -117,6 +117,7 @@ class Trainer:
     max_epochs: int | None = 10
     max_steps: int = -1
     limit_train_batches: float = field(default=1.0, metadata={"example": 0.5})  # or a count
+    limit_val_batches: float = field(default=1.0, metadata={"example": 0.5})  # the test set's
     precision: Any = "32-true"  # Lightning also takes 64, 32, 16
     num_sanity_val_steps: int = 0
     enable_model_summary: bool = False

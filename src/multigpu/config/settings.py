@@ -25,6 +25,7 @@ from multigpu.config.errors import UserError
 from multigpu.config.launch import check_world, cluster_started
 from multigpu.config.names import (
     COMPILE_KEYS,
+    COMPILE_MODES,
     CONFIG_ONLY_DATA_KEYS,
     COSINE,
     CPU_PRECISIONS,
@@ -329,6 +330,12 @@ RANGES: dict[str, Range] = {
         0,
         above=True,
     ),
+    "trainer.limit_val_batches": Range(
+        "more than 0 (test batches per evaluation, or a fraction up to 1.0): at 0 the run "
+        "reports no test accuracy",
+        0,
+        above=True,
+    ),
     "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
     "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
     "trainer.log_every_n_steps": Range("1 or more", 1),
@@ -508,6 +515,7 @@ def check_keys(tree: Mapping[str, Any], choices: Mapping[str, str]) -> None:
             raise UserError(f"model.scheduler.{missing[0]} is missing: the scheduler needs it")
     if isinstance(model.get("compile"), Mapping):
         check_known("model.compile", model["compile"], COMPILE_KEYS, "torch.compile")
+        one_of("model.compile.mode", model["compile"].get("mode"), COMPILE_MODES)
     if target_of(model) == MODEL:
         check_known("model", model, MODEL_KEYS, "the model")
     data, strategy = tree["data"], tree["strategy"]

@@ -223,6 +223,15 @@ class ConfTree:
             close = closest(group, sorted(self.groups))
             return Typo(f"{group} is not a config group{did_you_mean(close)}", close)
         options = self.options(group)
+        values = override.value()
+        values = getattr(values, "list", [values]) if override.is_sweep_override() else [values]
+        if None in values:  # Hydra answers a null option with a traceback
+            listed = ", ".join(sorted(options))
+            return Typo(
+                f"{override.get_key_element()}=null: a config group takes one of its options "
+                f"({listed}); to leave it out, drop the override or write ~{group}",
+                [],
+            )
         for value in option_values(override):
             if value not in options:
                 close = closest(value, options)

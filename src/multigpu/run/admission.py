@@ -86,7 +86,8 @@ def admit(
     runs_dir = cfg.paths.runs_dir
     if ckpt_path is not None:
         net = container(cfg.model.net)
-        resume = plan_resume(ckpt_path, runs_dir, settings, allowed, run.max_epochs, net)
+        max_steps = cfg.trainer.get("max_steps", -1)
+        resume = plan_resume(ckpt_path, runs_dir, settings, allowed, run.max_epochs, net, max_steps)
         return Admission(run, settings, resume=resume)
     if init_from is not None:
         net = container(cfg.model.net)

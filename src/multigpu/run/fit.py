@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -130,6 +131,15 @@ COLLECTIVE_FAILURES = (
 )  # fmt: skip
 
 
+def signal_of_loader_workers(error: RuntimeError) -> signal.Signals | None:
+    """The signal that ended the data loader's workers, when that is the error: a SIGTERM or
+    SIGINT sent to the whole process group reaches them too, and their death is reported
+    before this process's own handler stops the run."""
+    found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: (\w+)", str(error))
+    names = {"Terminated": signal.SIGTERM, "Interrupt": signal.SIGINT}
+    return names.get(found[1]) if found else None
+
+
 def is_collective_failure(error: RuntimeError) -> bool:
     """Whether ``error`` is a collective's that failed because of another process."""
     text = str(error).lower()
@@ -214,6 +224,10 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         add_note(err, resume_hint(output_dir))
         raise
     except RuntimeError as err:  # a collective's, when the process that failed was another
+        stopped = signal_of_loader_workers(err)
+        if stopped is not None:  # a signal to the process group (timeout, Slurm, kill -PGID)
+            message = f"interrupted by {stopped.name}; {resume_hint(output_dir)}"
+            raise Interrupted(message, exit_code=128 + stopped) from None
         peer = getattr(strategy, "peer_failure", None)
         if peer is None and not (run.processes > 1 and is_collective_failure(err)):
             raise

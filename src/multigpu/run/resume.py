@@ -190,6 +190,7 @@ def plan_resume(
     allowed: list[str],
     max_epochs: int | None,
     net: dict[str, Any],
+    max_steps: int = -1,
 ) -> Resume:
     """The checkpoint a resume continues, read whole and checked against the run, its
     network included (``net``: the configured ``model.net``), before anything is written."""
@@ -203,6 +204,13 @@ def plan_resume(
     changed = check_same_run(path, saved, settings, allowed)
     epochs = finished_epochs(checkpoint)
     check_something_to_train(path, epochs, max_epochs)
+    steps = checkpoint.get("global_step")
+    if isinstance(steps, int) and max_steps != -1 and steps >= max_steps:
+        raise NothingToDo(
+            f"ckpt_path={path} already holds {steps} step(s) and trainer.max_steps={max_steps}: "
+            "nothing to train (nothing was written); to train on, pass a larger "
+            "trainer.max_steps"
+        )
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
     return Resume(path, epochs, saved, changed)

@@ -107,6 +107,11 @@ def check_trained(record: RunRecord, epochs_before: int) -> None:
         )
 
 
+def epochs_resumed(admission: Admission) -> int:
+    """The epochs a resume's checkpoint holds: its history is restored before any training."""
+    return admission.resume.epochs if admission.resume else 0
+
+
 def start_record(
     output_dir: Path, admission: Admission, cfg: DictConfig, started: float
 ) -> RunRecord:
@@ -156,7 +161,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
 
             fit(cfg, admission, record, output_dir)
-            check_trained(record, len(admission.history))
+            check_trained(record, len(admission.history) or epochs_resumed(admission))
         except BaseException as error:
             finish(record, error)
             raise

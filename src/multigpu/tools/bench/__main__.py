@@ -29,7 +29,6 @@ from multigpu.tools.arguments import (
     existing_folder,
     number,
     output_folder,
-    path_name,
 )
 from multigpu.tools.bench.report import RATIOS, compute_ratios, mfu, to_markdown
 
@@ -296,7 +295,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="rounds, alternating the order of the configurations",
     )
     add("--jobs", type=DEVICES, default=1, help="configurations run at once (for --tiny)")
-    add("--data-root", type=path_name, default="data", help="data.root of the runs")
+    add("--data-root", type=output_folder, default="data", help="data.root of the runs")
     add(
         "--data-source",
         type=existing_folder,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from multigpu.config.errors import WriteFailed
 from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.record_file import records_below
 from multigpu.tools.arguments import OneLineParser
@@ -31,7 +32,16 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    rows = write_report(args.sweep_dir)
+    try:
+        rows = write_report(args.sweep_dir)
+    except (WriteFailed, OSError) as err:  # a read-only or full disk, where the jobs are
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        print(
+            f"error: cannot write the report in {args.sweep_dir} ({reason}): copy the sweep "
+            "folder somewhere writable",
+            file=sys.stderr,
+        )
+        return 1
     print(to_text(rows), end="")
     written = "summary.csv, summary.md, test_acc.png, acc_vs_time.png, scaling.png"
     if (args.sweep_dir / "phases.png").is_file():
