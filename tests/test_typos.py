@@ -54,6 +54,12 @@ NAMED = {
         "model.optimizer._targt_ is not a setting: did you mean model.optimizer._target_?",
         ["model.optimizer._target_"],
     ),
+    "sweeper_params_on_the_command_line": (  # Hydra's own answer is a traceback
+        "config",
+        ["-m", '+hydra.sweeper.params.seed="1,2"'],
+        "the sweeper's params cannot be set on the command line; sweep a key directly",
+        [],
+    ),
     "group_null": (  # Hydra's own answer is a traceback
         "config",
         ["experiment=null"],
