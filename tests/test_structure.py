@@ -65,6 +65,30 @@ def test_no_module_imports_one_that_imports_it_back():
     assert graph["multigpu.run.training"]  # the graph is really read
 
 
+# The layers from the bottom up: a module imports its own layer's modules and those below,
+# never one above (docs/development.md, "Where a run goes in the code").
+FROM_THE_BOTTOM = (
+    ("config",), ("models",), ("storage",), ("data", "callbacks"), ("strategies",), ("tools",),
+    ("run",),
+)  # fmt: skip
+
+
+def test_imports_run_down_the_layers():
+    floor = {layer: i for i, layers in enumerate(FROM_THE_BOTTOM) for layer in layers}
+    assert set(floor) == set(LAYERS)
+    modules = package_modules()
+    upward = []
+    for name, path in modules.items():
+        parts = name.split(".")
+        if len(parts) < 2 or parts[1] not in floor:
+            continue
+        for imported in imports(path, modules):
+            target = imported.split(".")
+            if len(target) > 1 and target[1] in floor and floor[target[1]] > floor[parts[1]]:
+                upward.append(f"{name} imports {imported}")
+    assert not upward, upward
+
+
 def library_overrides(cls: type) -> list[str]:
     """Methods ``cls`` defines that a base class from outside the package defines too."""
     outside = [b for b in cls.__mro__[1:] if not b.__module__.startswith("multigpu")]
