@@ -145,9 +145,9 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["model.compile={mode:bogus}"],
         "model.compile.mode='bogus' is not known: use one of default, lite, reduce-overhead",
     ),
-    "limit_val_batches_zero": (
-        ["+trainer.limit_val_batches=0"],
-        "trainer.limit_val_batches=0 must be more than 0",
+    "limit_val_batches_negative": (
+        ["+trainer.limit_val_batches=-1"],
+        "trainer.limit_val_batches=-1 must be 0 (no evaluation: no test accuracy) or more",
     ),
     "limit_train_batches_zero": (
         ["+trainer.limit_train_batches=0"],

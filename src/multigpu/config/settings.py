@@ -330,11 +330,8 @@ RANGES: dict[str, Range] = {
         0,
         above=True,
     ),
-    "trainer.limit_val_batches": Range(
-        "more than 0 (test batches per evaluation, or a fraction up to 1.0): at 0 the run "
-        "reports no test accuracy",
-        0,
-        above=True,
+    "trainer.limit_val_batches": Range(  # 0: no test set at all (the benchmark's steps)
+        "0 (no evaluation: no test accuracy) or more (batches, or a fraction up to 1.0)", 0
     ),
     "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
     "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
