@@ -556,3 +556,22 @@ def test_a_run_folder_above_the_working_folder_is_refused(folder, tmp_path, monk
     said = capsys.readouterr().err
     assert said.startswith(f"error: hydra.run.dir={folder} is a folder above the one this")
     check_creatable_folder(str(tmp_path / "run"), "hydra.run.dir")  # a new folder: fine
+
+
+def test_a_resume_at_max_steps_is_a_notice_and_writes_nothing(tmp_path):
+    """A checkpoint that holds ``trainer.max_steps`` steps has nothing left to train, whatever
+    its epochs: a notice, not a new ``completed`` run of no steps."""
+    from multigpu.config.errors import NothingToDo
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+    from multigpu.run.training import train
+
+    steps = [*SYNTHETIC, "trainer.max_epochs=2", "+trainer.max_steps=1"]
+    first = tmp_path / "first"
+    assert train(compose_config(steps, first))["status"] == "completed"
+    last = first / "checkpoints" / "last.ckpt"
+    again = compose_config([*steps, f"ckpt_path={last}"], tmp_path / "again")
+    with pytest.raises(NothingToDo, match=r"already holds 1 step\(s\) and trainer.max_steps=1"):
+        admit(again, hydra_runtime(again)[0], Machine(0, 2, {}, False), tmp_path / "again")
+    assert not (tmp_path / "again").exists()
