@@ -429,3 +429,25 @@ def test_an_interpolation_that_cannot_be_resolved_is_one_line_before_hydra(argv,
         assert found is None
     else:
         assert found is not None and said in found and "cannot be resolved" in found, found
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=st.from_regex(r"NOPE_[A-Z]{3,12}", fullmatch=True),
+    key=st.sampled_from(
+        ["model.optimizer.lr", "seed", "data.root", "hydra.run.dir", "trainer.max_epochs"]
+    ),
+    sweep=st.booleans(),
+)
+def test_generated_unset_variables_are_refused_by_name(name, key, sweep):
+    """Any key, an unset variable, alone or as one value of a sweep: one line naming both."""
+    import os
+
+    from multigpu.config.typos import check_interpolations
+
+    assume(name not in os.environ)
+    value = f"${{oc.env:{name}}}"
+    argv = ["-m", f"{key}=1,{value}"] if sweep else [f"{key}={value}"]
+    found = check_interpolations(argv, "config", CONF)
+    assert found is not None and found.startswith(f"{key}={value} cannot be resolved"), found
+    assert name in found and "\n" not in found

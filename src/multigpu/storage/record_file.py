@@ -119,23 +119,13 @@ def read_record(path: str | Path) -> dict[str, Any]:
     """``metrics.json`` checked whole, then upgraded to the current schema
     (``multigpu.storage.record.upgrade``)."""
     path = Path(path)
-    record = read_json(path)
-    try:
-        check_record(record)
-    except Problem as problem:
-        raise BadRecord(path, str(problem)) from None
-    return upgrade(record)
+    return upgrade(checked(path, read_json(path), check_record))
 
 
 def read_phases(path: str | Path) -> dict[str, Any]:
     """``phases.json`` (``multigpu.callbacks.phase_timer``) checked whole."""
     path = Path(path)
-    phases = read_json(path)
-    try:
-        check_phases(phases)
-    except Problem as problem:
-        raise BadRecord(path, str(problem)) from None
-    return phases
+    return checked(path, read_json(path), check_phases)
 
 
 def read_json(path: Path) -> Any:
@@ -152,8 +142,13 @@ def read_json(path: Path) -> Any:
         raise BadRecord(path, describe_syntax_error(text, error)) from None
     except ValueError as error:  # an integer of more digits than Python converts
         raise BadRecord(path, f"is not valid JSON ({error})") from None
+    return checked(path, data, check_bounds)
+
+
+def checked(path: Path, data: Any, check: Any) -> Any:
+    """``data`` once ``check`` finds no problem in it; else the problem, naming ``path``."""
     try:
-        check_bounds(data)
+        check(data)
     except Problem as problem:
         raise BadRecord(path, str(problem)) from None
     return data
