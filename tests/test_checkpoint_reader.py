@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import TINY, compose_config, run_script
-from hypothesis import HealthCheck, given, settings
+from conftest import TINY, compose_config, examples, run_script
+from hypothesis import given
 from hypothesis import strategies as st
 from packaging.version import Version
 
@@ -41,12 +41,7 @@ from multigpu.storage.checkpoint import (
 )
 from multigpu.storage.ckpt_path import checkpoint_file
 
-FEW = settings(
-    max_examples=50, deadline=None, database=None, suppress_health_check=list(HealthCheck)
-)
-MANY = settings(
-    max_examples=600, deadline=None, database=None, suppress_health_check=list(HealthCheck)
-)
+FEW = examples(50)
 HISTORY_PATH = ("callbacks", HISTORY, "history")
 EPOCH_PROGRESS = ("loops", "fit_loop", "epoch_progress")
 
@@ -679,14 +674,6 @@ def places(real) -> list[tuple]:
 @FEW
 @given(data=st.data())
 def test_structural_edits_are_read_whole_or_refused(real, places, scratch, data):
-    changes = data.draw(st.lists(mutations(places), min_size=1, max_size=3))
-    edited_and_read(real, scratch, changes)
-
-
-@pytest.mark.slow
-@MANY
-@given(data=st.data())
-def test_structural_edits_are_read_whole_or_refused_many(real, places, scratch, data):
     changes = data.draw(st.lists(mutations(places), min_size=1, max_size=4))
     edited_and_read(real, scratch, changes)
 

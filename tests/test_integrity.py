@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY, compose_config, run_script
-from hypothesis import HealthCheck, given, settings
+from conftest import REPO, TINY, compose_config, examples, run_script
+from hypothesis import given
 from hypothesis import strategies as st
 
 from multigpu.config.computation import computation, describe, differences, flatten
@@ -26,8 +26,7 @@ from multigpu.storage.outcome import COMPLETED, Outcome
 from multigpu.storage.ownership import acquire, is_free, release
 from multigpu.storage.record import RunRecord, summarize
 
-EXAMPLES = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
-MANY = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+EXAMPLES = examples(40)
 RUN = {"strategy": "single", "devices": 1, "batch_size": 8, "lr": 0.1}
 SYNTHETIC = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
 
@@ -386,13 +385,6 @@ def check_names(a: str, b: str) -> None:
 @EXAMPLES
 @given(values, values)
 def test_job_folder_names_are_one_to_one_and_fit_the_file_system(a, b):
-    check_names(a, b)
-
-
-@pytest.mark.slow
-@MANY
-@given(values, values)
-def test_job_folder_names_many(a, b):
     check_names(a, b)
 
 

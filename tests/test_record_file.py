@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from conftest import examples
+from hypothesis import given
 from hypothesis import strategies as st
 
 from multigpu.storage.atomic import write_json
@@ -489,23 +490,13 @@ def check_mutated_job(which: str, mutation: bytes) -> None:
 
 
 ORIGINALS = {"metrics.json": record(), "phases.json": phases_report()}
-FEW = settings(
-    max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
-)
+FEW = examples(60)
 
 
 @pytest.mark.parametrize("which", list(ORIGINALS))
 @FEW
 @given(data=st.data())
 def test_a_mutated_file_is_read_or_refused_and_the_report_goes_on(which, data):
-    check_mutated_job(which, data.draw(mutations(ORIGINALS[which])))
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("which", list(ORIGINALS))
-@settings(max_examples=3000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-@given(data=st.data())
-def test_many_mutated_files_are_read_or_refused_and_the_report_goes_on(which, data):
     check_mutated_job(which, data.draw(mutations(ORIGINALS[which])))
 
 

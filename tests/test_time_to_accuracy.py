@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import CONF, TINY, compose_config
-from hypothesis import HealthCheck, given, settings
+from conftest import CONF, TINY, compose_config, examples
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -106,7 +106,7 @@ accuracies = st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.8, 0.85, 0
 seconds = st.one_of(st.none(), st.floats(0.01, 1e4))
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@examples(200)
 @given(
     st.lists(st.tuples(accuracies, seconds, st.floats(0.01, 100)), max_size=12),
     st.lists(st.sampled_from([0.1, 0.5, 0.8, 0.85, 0.9, 0.92, 0.99, 1.0]), max_size=5),

@@ -11,11 +11,11 @@ import inspect
 import time
 
 import pytest
-from conftest import CONF, run_script
+from conftest import CONF, examples, run_script
 from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
@@ -53,6 +53,18 @@ NAMED = {
         ["model.optimizer._targt_=x"],
         "model.optimizer._targt_ is not a setting: did you mean model.optimizer._target_?",
         ["model.optimizer._target_"],
+    ),
+    "key_hydra_target_without_its_dot": (  # found by the generated test below
+        "config",
+        ["data_target_=x"],
+        "data_target_ is not a setting: did you mean data._target_?",
+        ["data._target_"],
+    ),
+    "key_hydra_target_without_its_first_underscore": (
+        "config",
+        ["data.target_=x"],
+        "data.target_ is not a setting: did you mean data._target_?",
+        ["data._target_"],
     ),
     "sweeper_params_on_the_command_line": (  # Hydra's own answer is a traceback
         "config",
@@ -283,9 +295,7 @@ def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
 
 
 CONFIGS = st.sampled_from(["config", "eval"])
-SLOW_HYPOTHESIS = settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SLOW_HYPOTHESIS = examples(30)
 
 
 @SLOW_HYPOTHESIS
@@ -431,7 +441,7 @@ def test_an_interpolation_that_cannot_be_resolved_is_one_line_before_hydra(argv,
         assert found is not None and said in found and "cannot be resolved" in found, found
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@examples(25)
 @given(
     name=st.from_regex(r"NOPE_[A-Z]{3,12}", fullmatch=True),
     key=st.sampled_from(

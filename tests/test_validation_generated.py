@@ -14,9 +14,8 @@ from dataclasses import fields
 from typing import Any
 
 import hypothesis.strategies as st
-import pytest
-from conftest import CONF, TINY, compose_config, resolve_on
-from hypothesis import HealthCheck, assume, event, given, settings
+from conftest import CONF, TINY, compose_config, examples, resolve_on
+from hypothesis import assume, event, given
 from omegaconf import OmegaConf
 
 from multigpu.config.errors import UserError
@@ -188,17 +187,7 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
         assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
 
 
-HEALTH = [HealthCheck.too_slow, HealthCheck.filter_too_much]
-
-
-@settings(max_examples=100, deadline=None, suppress_health_check=HEALTH)
+@examples(100)
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
-    check_contract(*case)
-
-
-@pytest.mark.slow
-@settings(max_examples=500, deadline=None, suppress_health_check=HEALTH)
-@given(drawn_configs())
-def test_many_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)

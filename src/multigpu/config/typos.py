@@ -282,8 +282,8 @@ class ConfTree:
         if unlocked := self.options_giving(key):
             return Typo(f"{key} is not a setting {unlocked}", [])
         close = closest(key, [c for c in self.candidates(key) if not is_above(c, key)])
-        if not key.rpartition(".")[2].startswith("_"):  # Hydra's own keys only for _typos_
-            close = [c for c in close if not c.rpartition(".")[2].startswith("_")]
+        if not looks_private(key):  # Hydra's own keys (_target_) only for typos of them
+            close = [c for c in close if not looks_private(c)]
         hint = f" (python {script_name()} --cfg job lists them)" if not close else ""
         if in_trainer(key) and not any(c.startswith("+") for c in close):
             hint = f" (a new Trainer argument is added with +{TRAINER}.<name>)"
@@ -408,6 +408,13 @@ class ConfTree:
 def is_above(name: str, key: str) -> bool:
     """``model.optimizer`` is above ``model.optimizer.lrr``: not what a typo of it meant."""
     return key.startswith(f"{name.replace('/', '.')}.")
+
+
+def looks_private(key: str) -> bool:
+    """``_target_``, or one edit from it (``target_``, ``data_target_``): the last name
+    starts or ends with an underscore."""
+    last = key.rpartition(".")[2]
+    return last.startswith("_") or last.endswith("_")
 
 
 def in_trainer(key: str) -> bool:
