@@ -16,8 +16,11 @@ import pytest
 import torch
 from conftest import TINY, copy_raw, run_script, write_gz
 
+from multigpu.config.errors import UserError
 from multigpu.config.mistakes import MISTAKES
+from multigpu.models import resnet18
 from multigpu.models.classifier import ImageClassifier
+from multigpu.storage.checkpoint import check_fits, classifier, load_checkpoint
 
 pytestmark = pytest.mark.subprocess
 
@@ -74,26 +77,19 @@ def check_one_line_error(result, expected_status: int, text: str, cwd: Path, sta
 
 LABELS = "t10k-labels-idx1-ubyte"
 IMAGES = "t10k-images-idx3-ubyte"
+# A malformed file through a real run: one line, exit 2. The reader's other refusals (sizes,
+# a label outside 0-9, a truncated .gz) are checked in-process by tests/test_data.py.
 DATA_CASES = {
     "wrong_magic": (LABELS, struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
-    "wrong_sizes": (IMAGES, struct.pack(">IIII", 0x0803, 2, 32, 32) + bytes(2048), "size"),
-    "label_outside_0_9": (LABELS, struct.pack(">II", 0x0801, 3) + bytes([1, 12, 3]), "label 12"),
-    "truncated_gz": (IMAGES, None, "truncated"),
 }
 
 CKPT_CASES = {
     "missing": ([], "does not exist"),
-    "not_a_checkpoint": ([], "is not a checkpoint (train.py writes a zip archive"),
     "latest_without_runs": ([], "ckpt_path=latest found no checkpoints/last.ckpt under outputs/"),
     "other_width": (
         ["model.net.width=8"],
         "parameter '0.weight' has shape [4, 1, 3, 3] in the checkpoint and [8, 1, 3, 3] "
         "here; it was trained with model.net.width=4",
-    ),
-    "other_class_count": (
-        ["data=synthetic", "data.num_classes=5", "model.net.num_classes=5"],
-        "has shape [10, 32] in the checkpoint and [5, 32] here; it was trained with "
-        "model.net.num_classes=10",
     ),
     "a_folder": ([], "is a folder: pass the checkpoint file in it, e.g. ckpt_path="),
     "weights_without_training_state": (
@@ -104,7 +100,7 @@ CKPT_CASES = {
 }
 # Weights that do not fit the configured network, given as init_from (as ckpt_path, the
 # checkpoint's missing training state is refused first): refused before anything is written.
-INIT_FROM = ("other_width", "other_class_count")
+INIT_FROM = ("other_width",)
 # Files that are zip archives of tensors, but not checkpoints of ours: (build it, what is said),
 # through train.py (resuming) and eval.py alike; train.py refuses those without training state
 # for that first.
@@ -172,31 +168,17 @@ def ckpt_case(case: str, cwd: Path, checkpoint: Path) -> list[str]:
     overrides, _ = CKPT_CASES[case]
     path = {
         "missing": cwd / "nope.ckpt",
-        "not_a_checkpoint": cwd / "notes.txt",
         "latest_without_runs": "latest",
         "a_folder": cwd,
     }.get(case, checkpoint)
-    if case == "not_a_checkpoint":
-        path.write_text("these are not weights\n")
     return [*overrides, f"{'init_from' if case in INIT_FROM else 'ckpt_path'}={path}"]
 
 
-# Variants of a way of failing that the default suite has one of already: run under -m slow.
-SLOW = {
-    "data:wrong_sizes", "data:label_outside_0_9", "data:truncated_gz", "ckpt:not_a_checkpoint",
-    "ckpt:other_class_count", "eval.py:bare_state_dict", "eval.py:unknown_settings",
-    "train.py:weights_not_its_settings", "eval.py:weights_not_its_settings",
-}  # fmt: skip
-
-
-def cases(prefix: str, names) -> list:
-    """``names`` as parameters, each marked slow where its run is in ``SLOW``."""
-    return [
-        pytest.param(*(n if isinstance(n, tuple) else (n,)), marks=pytest.mark.slow)
-        if f"{prefix(n) if callable(prefix) else prefix + n}" in SLOW
-        else n
-        for n in names
-    ]
+# Each kind of bad checkpoint goes through a real run once; the crafted files that eval.py
+# refuses for the same reason as another (a file train.py did not write) are read in-process
+# by test_crafted_checkpoints_are_refused_by_the_reader.
+IN_PROCESS_ONLY = {("bare_state_dict", "eval.py"), ("unknown_settings", "eval.py")}
+IN_PROCESS_ONLY |= {("weights_not_its_settings", "eval.py")}
 
 
 def job_of(item: pytest.Item) -> str | None:
@@ -270,7 +252,7 @@ def test_bad_config_value(case, outcomes):
         assert "torch" not in modules and "pytorch_lightning" not in modules
 
 
-@pytest.mark.parametrize("case", cases("data:", sorted(DATA_CASES)))
+@pytest.mark.parametrize("case", sorted(DATA_CASES))
 def test_malformed_data_file(case, outcomes):
     name, _, text = DATA_CASES[case]
     result, cwd = outcomes[f"data:{case}"]
@@ -284,7 +266,7 @@ def test_data_missing_and_no_download(outcomes):
     assert "data.source (or MULTIGPU_DATA)" in result.stderr
 
 
-@pytest.mark.parametrize("case", cases("ckpt:", sorted(CKPT_CASES)))
+@pytest.mark.parametrize("case", sorted(CKPT_CASES))
 def test_bad_ckpt_path(case, outcomes):
     _, text = CKPT_CASES[case]
     result, cwd = outcomes[f"ckpt:{case}"]
@@ -293,6 +275,30 @@ def test_bad_ckpt_path(case, outcomes):
     assert key in stderr_lines(result)[-1]
     if case in ("missing", "latest_without_runs", "a_folder"):  # found from the path alone
         assert "torch" not in imported(result)
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+def test_crafted_checkpoints_are_refused_by_the_reader(case, tmp_path):
+    """What eval.py does with a file, in-process: read it, then build the network it describes."""
+    path = crafted(case, tmp_path / f"{case}.ckpt")
+    with pytest.raises(UserError) as refused:
+        classifier(load_checkpoint(path), path)
+    said = str(refused.value)
+    assert said.startswith(f"ckpt_path={path} ") and CRAFTED[case] in said and "\n" not in said
+
+
+def test_weights_for_another_class_count_name_the_setting_they_were_trained_with(tmp_path):
+    """What train.py checks before it uses init_from (the default suite runs other_width)."""
+    path = width4_checkpoint(tmp_path / "width4.ckpt")
+    configured = {"width": 4, "num_classes": 5}
+    with pytest.raises(UserError) as refused:
+        check_fits(path, load_checkpoint(path), resnet18(**configured), configured)
+    said = str(refused.value)
+    assert said.startswith(f"ckpt_path={path} does not fit this network: parameter ")
+    assert said.endswith(
+        "has shape [10, 32] in the checkpoint and [5, 32] here; it was trained with "
+        "model.net.num_classes=10"
+    )
 
 
 @pytest.mark.parametrize(
@@ -318,7 +324,7 @@ def test_hydra_answers_before_torch_is_imported(script, args, status, tmp_path):
     assert "torch" not in imported and "pytorch_lightning" not in imported
 
 
-@pytest.mark.parametrize("case,script", cases(lambda c: f"{c[1]}:{c[0]}", CRAFTED_CASES))
+@pytest.mark.parametrize("case,script", [c for c in CRAFTED_CASES if c not in IN_PROCESS_ONLY])
 def test_checkpoints_that_are_not_ours(case, script, outcomes):
     result, cwd = outcomes[f"{script}:{case}"]
     said = stderr_lines(result)
