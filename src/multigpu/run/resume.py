@@ -159,13 +159,16 @@ def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[
             )
 
 
-def check_something_to_train(path: Path, epochs: int, max_epochs: int | None) -> None:
-    if max_epochs is not None and max_epochs != -1 and epochs >= max_epochs:
-        raise NothingToDo(
-            f"ckpt_path={path} already holds {epochs} epoch(s) and trainer.max_epochs="
-            f"{max_epochs}: nothing to train (nothing was written); to train on, pass a larger "
-            "trainer.max_epochs"
-        )
+def check_something_to_train(path: Path, reached: dict[str, tuple[Any, Any]]) -> None:
+    """A resume must have training left under each of the run's limits: ``reached`` maps
+    ``epochs``/``steps`` to (what the checkpoint holds, the run's limit; None or -1: none)."""
+    for unit, (count, limit) in reached.items():
+        if isinstance(count, int) and limit not in (None, -1) and count >= limit:
+            raise NothingToDo(
+                f"ckpt_path={path} already holds {count} {unit[:-1]}(s) and trainer.max_{unit}="
+                f"{limit}: nothing to train (nothing was written); to train on, pass a larger "
+                f"trainer.max_{unit}"
+            )
 
 
 def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowed) -> Path:
@@ -203,14 +206,8 @@ def plan_resume(
     saved = stored_settings(checkpoint)
     changed = check_same_run(path, saved, settings, allowed)
     epochs = finished_epochs(checkpoint)
-    check_something_to_train(path, epochs, max_epochs)
     steps = checkpoint.get("global_step")
-    if isinstance(steps, int) and max_steps != -1 and steps >= max_steps:
-        raise NothingToDo(
-            f"ckpt_path={path} already holds {steps} step(s) and trainer.max_steps={max_steps}: "
-            "nothing to train (nothing was written); to train on, pass a larger "
-            "trainer.max_steps"
-        )
+    check_something_to_train(path, {"epochs": (epochs, max_epochs), "steps": (steps, max_steps)})
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
     return Resume(path, epochs, saved, changed)
