@@ -200,15 +200,15 @@ class ConfTree:
         self.conf = conf
         self.config_name = config_name
         self.overrides = overrides
+        self.other_sweeper = any(  # Optuna's params are a map the command line may add to
+            o.key_or_group in ("hparams_search", "hydra/sweeper") for o in overrides
+        )
 
     def check(self, override: Any) -> Typo | None:
         """The typo in one override, or None (also for what Hydra alone can judge)."""
         name = override.key_or_group
-        other_sweeper = any(
-            o.key_or_group in ("hparams_search", "hydra/sweeper") for o in self.overrides
-        )  # Optuna's params are a map the command line may add to
         swept = name == "hydra.sweeper.params" or name.startswith("hydra.sweeper.params.")
-        if swept and not other_sweeper:
+        if swept and not self.other_sweeper:
             return Typo(  # Hydra 1.3's basic sweeper fails on these with a traceback
                 f"{override.input_line}: the sweeper's params cannot be set on the command "
                 "line; sweep a key directly (-m seed=1,2), or set hydra.sweeper.params in an "

@@ -54,6 +54,12 @@ class Admission:
         """The checkpoint Lightning resumes from, if any."""
         return self.resume.path if self.resume else self.continued
 
+    @property
+    def epochs_before(self) -> int:
+        """The epochs the run already holds: its folder's history, or the resumed checkpoint's
+        (restored before any training)."""
+        return self.resume.epochs if self.resume else len(self.history)
+
 
 def admit(
     cfg: DictConfig,

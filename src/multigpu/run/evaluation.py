@@ -49,12 +49,16 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device
 
+    from multigpu.storage.checkpoint import load_checkpoint, network
+
+    checkpoint = load_checkpoint(path)  # torch alone: a file that is refused is refused fast
+    network(checkpoint, path)
+
     import pytorch_lightning as pl  # the checks passed: now the heavy part
 
     from multigpu.run.build import build
-    from multigpu.storage.checkpoint import classifier, load_checkpoint
+    from multigpu.storage.checkpoint import classifier
 
-    checkpoint = load_checkpoint(path)
     module = classifier(checkpoint, path)
     data = plain(cfg.data)
     data.pop("batch_size_per_device", None)  # a training-time scaling rule

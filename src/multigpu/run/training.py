@@ -107,11 +107,6 @@ def check_trained(record: RunRecord, epochs_before: int) -> None:
         )
 
 
-def epochs_resumed(admission: Admission) -> int:
-    """The epochs a resume's checkpoint holds: its history is restored before any training."""
-    return admission.resume.epochs if admission.resume else 0
-
-
 def start_record(
     output_dir: Path, admission: Admission, cfg: DictConfig, started: float
 ) -> RunRecord:
@@ -161,7 +156,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             )
 
             fit(cfg, admission, record, output_dir)
-            check_trained(record, len(admission.history) or epochs_resumed(admission))
+            check_trained(record, admission.epochs_before)
         except BaseException as error:
             finish(record, error)
             raise

@@ -8,23 +8,25 @@ fail to be one of ours said in one line.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import inspect
 import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytorch_lightning as pl
 import torch
 from packaging.version import InvalidVersion, Version
 from torch import nn
 
 from multigpu.config.errors import UserError
 from multigpu.models import resnet18
-from multigpu.models.classifier import ImageClassifier
 from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
 from multigpu.storage.outcome import summary_line
+
+if TYPE_CHECKING:
+    from multigpu.models.classifier import ImageClassifier
 
 NET_PREFIX = "net."
 NETWORK = "multigpu.models.resnet18"
@@ -359,10 +361,11 @@ def check_version(checkpoint: dict[str, Any], path: Path) -> None:
             f"ckpt_path={path} was written by Lightning {version}, older than {OLDEST_LIGHTNING} "
             "(the oldest this project wrote with): it was edited, or not written by train.py"
         )
-    if version > Version(pl.__version__):
+    installed = importlib.metadata.version("pytorch-lightning")  # not imported: a refusal is fast
+    if version > Version(installed):
         raise UserError(
             f"ckpt_path={path} was written by Lightning {version}, newer than the installed "
-            f"{pl.__version__}: install pytorch-lightning=={version} to read it, or train again"
+            f"{installed}: install pytorch-lightning=={version} to read it, or train again"
         )
 
 
@@ -837,24 +840,36 @@ def check_resumable(path: str | Path, checkpoint: dict[str, Any]) -> None:
 
 
 # Building ---------------------------------------------------------------------------------------
-def classifier(checkpoint: dict[str, Any], path: str | Path) -> ImageClassifier:
-    """The checkpoint's network inside the module that trained it, ready to evaluate the way
-    training did (with the mirror images too, if its run set ``model.tta_flip``)."""
+def network(checkpoint: dict[str, Any], path: str | Path) -> nn.Module:
+    """The checkpoint's network with its weights, built from its stored settings and checked
+    against them; torch alone, so that a file refused here is refused before Lightning loads."""
     config = network_config(checkpoint, path)
-    tta_flip = (checkpoint.get(SETTINGS) or {}).get("model.tta_flip") is True
     try:
-        module = ImageClassifier(net={"_target_": NETWORK, **config}, tta_flip=tta_flip)
+        net = resnet18(**config)
     except Exception as err:  # the network refused a value: say which, in one line
         cause = err.__cause__ or err
         raise UserError(
             f"ckpt_path={path} has network settings that do not build: {cause}"
         ) from None
     own = "its weights do not match its own network settings: train.py did not write it"
-    check_fits(path, checkpoint, module.net, config, hint=own)
-    module.net.load_state_dict(network_state(checkpoint))
+    check_fits(path, checkpoint, net, config, hint=own)
+    net.load_state_dict(network_state(checkpoint))
+    return net
+
+
+def classifier(checkpoint: dict[str, Any], path: str | Path) -> ImageClassifier:
+    """The checkpoint's network inside the module that trained it, ready to evaluate the way
+    training did (with the mirror images too, if its run set ``model.tta_flip``)."""
+    net = network(checkpoint, path)
+    from multigpu.models.classifier import ImageClassifier  # Lightning: once the file passed
+
+    tta_flip = (checkpoint.get(SETTINGS) or {}).get("model.tta_flip") is True
+    config = network_config(checkpoint, path)
+    module = ImageClassifier(net={"_target_": NETWORK, **config}, tta_flip=tta_flip)
+    module.net.load_state_dict(net.state_dict())
     return module
 
 
 def load_network(path: str | Path) -> nn.Module:
     """A plain ``torch.nn.Module`` with the checkpoint's weights, ready for inference."""
-    return classifier(load_checkpoint(path), path).net.eval()
+    return network(load_checkpoint(path), path).eval()
