@@ -79,9 +79,30 @@ def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **mac
     return resolve_run(cfg, choices, Machine(cuda_devices, cpu_cores, **machine))
 
 
-def run_script(script: str, *args: str, cwd: Path, timeout: float = 300, env: dict | None = None):
-    """Run ``python <script> args`` as a user would, in ``cwd``; return the CompletedProcess."""
-    return run_python(str(REPO / script), *args, cwd=cwd, timeout=timeout, env=env)
+def run_script(
+    script: str,
+    *args: str,
+    cwd: Path,
+    timeout: float = 300,
+    env: dict | None = None,
+    cold: bool = False,
+):
+    """Run ``python <script> args`` as a user would, in ``cwd``; return the CompletedProcess.
+    A real process, forked warm (tests/warm.py) unless ``cold`` or its imports are watched."""
+    full_env = process_env(env)
+    if cold or "PYTHONPROFILEIMPORTTIME" in full_env:
+        return run_python(str(REPO / script), *args, cwd=cwd, timeout=timeout, env=env)
+    from warm import run_warm
+
+    return run_warm(str(REPO / script), list(args), cwd, full_env, timeout)
+
+
+def start_script(script: str, *args: str, cwd: Path, env: dict | None = None):
+    """``python <script> args`` started in ``cwd``, forked warm (tests/warm.py): a process to
+    signal, with what ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` offers."""
+    from warm import WarmProcess
+
+    return WarmProcess(str(REPO / script), list(args), cwd, process_env(env))
 
 
 def run_module(module: str, *args: str, cwd: Path, timeout: float = 300):
@@ -89,13 +110,19 @@ def run_module(module: str, *args: str, cwd: Path, timeout: float = 300):
     return run_python("-m", module, *args, cwd=cwd, timeout=timeout)
 
 
-def run_python(*args: str, cwd: Path, timeout: float, env: dict | None = None):
+def process_env(env: dict | None = None) -> dict[str, str]:
+    """A run's environment: this one's, the shared data, no full Hydra tracebacks."""
     full_env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **(env or {})}
     full_env.pop("HYDRA_FULL_ERROR", None)
+    return full_env
+
+
+def run_python(*args: str, cwd: Path, timeout: float, env: dict | None = None):
+    """A cold ``python``: its own interpreter start-up and imports."""
     return subprocess.run(
         [sys.executable, *args],
         cwd=cwd,
-        env=full_env,
+        env=process_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -6,14 +6,12 @@ import errno
 import gzip
 import shutil
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import copy_raw, write_gz
+from conftest import copy_raw, start_script, write_gz
 
 from multigpu.config.errors import UserError
 from multigpu.data import FashionMNISTDataModule, SyntheticDataModule
@@ -132,14 +130,16 @@ def test_malformed_idx_files_name_the_file(tmp_path, shared_data, name, payload,
 def test_processes_preparing_one_fresh_folder_at_once_all_succeed(tmp_path, shared_data):
     """As the nodes of a multi-node run do on a shared data.root: each unpacks into a file of its
     own and renames it into place; whichever rename comes last, the files are whole."""
-    script = (
+    script = tmp_path.parent / f"{tmp_path.name}-prepare.py"
+    script.write_text(
         "import sys; from multigpu.data import FashionMNISTDataModule as D; "
         "D(root=sys.argv[1], source=sys.argv[2], download=False).prepare_data()"
     )
-    command = [sys.executable, "-c", script, str(tmp_path), str(shared_data)]
-    processes = [subprocess.Popen(command, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    args = (str(tmp_path), str(shared_data))
+    processes = [start_script(str(script), *args, cwd=tmp_path) for _ in range(4)]
     for process in processes:
-        assert process.wait(timeout=300) == 0, process.stderr.read()
+        stderr = process.communicate(timeout=300)[1]
+        assert process.returncode == 0, stderr
     raw = tmp_path / "FashionMNIST" / "raw"
     assert sorted(p.name for p in raw.iterdir()) == sorted(ALL_RAW_FILES)  # no .partial left
     for name in ALL_RAW_FILES:

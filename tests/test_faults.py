@@ -11,13 +11,12 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, SHARED_DATA, TINY, flip_byte_in_a_tensor, run_script
+from conftest import TINY, flip_byte_in_a_tensor, run_script, start_script
 
 from multigpu.storage.checkpoint import load_checkpoint, network_state
 
@@ -73,20 +72,8 @@ def start_and_signal(cwd: Path, data_root: Path, signum: signal.Signals):
 def signal_when(cwd: Path, overrides: list[str], ready, signum: signal.Signals, settle=0.0):
     """Start ``train.py``, send ``signum`` once ``ready()``, and return (result, seconds from
     signal to exit)."""
-    env = {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), **PROBES_ENV}
-    env.pop("HYDRA_FULL_ERROR", None)
-    command = [sys.executable, str(REPO / "train.py"), *overrides]
-    proc = subprocess.Popen(
-        command,
-        cwd=cwd,
-        env=env,
-        # A shell starts background jobs with Ctrl-C ignored, and children inherit that; the
-        # run under test must see SIGINT as a terminal's Ctrl-C would deliver it.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Ctrl-C reaches the run as a terminal delivers it (tests/warm.py), whatever this shell's.
+    proc = start_script("train.py", *overrides, cwd=cwd, env=PROBES_ENV)
     deadline = time.monotonic() + 240
     while not ready():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
@@ -95,7 +82,7 @@ def signal_when(cwd: Path, overrides: list[str], ready, signum: signal.Signals, 
     sent = time.monotonic()
     proc.send_signal(signum)
     stdout, stderr = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr), (
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), (
         time.monotonic() - sent
     )
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY, compose_config, examples, run_script
+from conftest import REPO, TINY, compose_config, examples, run_script, start_script
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -487,12 +487,11 @@ def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
 @pytest.mark.subprocess
 def test_two_runs_in_one_folder_at_once_the_second_is_refused(tmp_path):
     folder = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "tests"), "MULTIGPU_DATA": "unused"}
+    env = {"PYTHONPATH": str(REPO / "tests"), "MULTIGPU_DATA": "unused"}
     slow = [*SYNTHETIC, "+callbacks.slow._target_=probes.SlowAfterEpoch"]
     slow += ["+callbacks.slow.epoch=0", "+callbacks.slow.seconds=2", "data.batch_size=8"]
     slow += [f"hydra.run.dir={folder}"]
-    command = [sys.executable, str(REPO / "train.py"), *slow]
-    first = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    first = start_script("train.py", *slow, cwd=tmp_path, env=env)
     try:
         deadline = time.monotonic() + 120
         while not (folder / "metrics.json").is_file():
@@ -507,7 +506,7 @@ def test_two_runs_in_one_folder_at_once_the_second_is_refused(tmp_path):
         )
     finally:
         first.terminate()
-        first.wait(timeout=60)
+        first.communicate(timeout=60)
     record = json.loads((folder / "metrics.json").read_text())
     assert record["status"] == "interrupted"
 

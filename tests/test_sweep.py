@@ -14,7 +14,7 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import CONF, REPO, TINY, compose_config, resolve_on, run_script
+from conftest import CONF, TINY, compose_config, resolve_on, run_script, start_script
 from hydra import compose, initialize_config_dir
 
 from multigpu.run.cli import register_resolvers
@@ -274,27 +274,25 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     """Killed in job 1's second epoch, then run again with the same command: job 0, finished,
     is skipped (its record and TensorBoard run untouched); job 1 goes on from its checkpoint."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(REPO / "train.py"), "-m", *TINY, "data=synthetic"]
+    command = ["-m", *TINY, "data=synthetic"]
     command += ["data.num_train=128", "data.num_test=32", "data.batch_size=32"]
     command += ["trainer.max_epochs=2", "model.optimizer.lr=0.1,0.2", f"hydra.sweep.dir={sweep}"]
     command += ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
     command += ["+callbacks.slow.seconds=1"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)}
-    env.pop("HYDRA_FULL_ERROR", None)
-    sweep_process = subprocess.Popen(
-        command, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
-    )
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
+    sweep_process = start_script("train.py", *command, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 240
     while not (sweep / "lr_0.2" / "checkpoints" / "last.ckpt").is_file():
         assert sweep_process.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
     sweep_process.terminate()
-    assert sweep_process.wait(timeout=60) == 143, sweep_process.stderr.read()[-3000:]
+    stderr = sweep_process.communicate(timeout=60)[1]
+    assert sweep_process.returncode == 143, stderr[-3000:]
     first = (sweep / "lr_0.1" / "metrics.json").read_text()
     assert json.loads(first)["status"] == "completed"
     assert json.loads((sweep / "lr_0.2" / "metrics.json").read_text())["status"] == "interrupted"
 
-    again = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    again = run_script("train.py", *command, cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stdout + again.stderr
     assert f"{sweep / 'lr_0.1'} already holds this run, completed after 2 epoch(s)" in said

@@ -1,0 +1,155 @@
+"""Real ``python train.py`` processes without the interpreter's start-up.
+
+Importing torch, torchvision and Lightning costs each process about 8 s of CPU here, more than
+most test runs train. So the tests fork their runs from a server that imported them once
+(multiprocessing's ``forkserver`` with a preload list, one server per pytest worker): each run
+is still its own process, with its own ``sys.argv``, working folder, environment, file
+descriptors 1 and 2, signals and exit status, running the script as ``__main__``. What a warm
+process cannot show is start-up itself: the tests of what is imported before a run is refused,
+and of signals during start-up, run a cold ``python`` (``conftest.run_script(..., cold=True)``,
+or any run watched with ``PYTHONPROFILEIMPORTTIME``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import multiprocessing
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+# What every run imports before it trains; imported once, in the server, never run there.
+PRELOAD = ["torch", "torchvision", "pytorch_lightning", "hydra", "multigpu.run.fit"]
+
+_context = multiprocessing.get_context("forkserver")
+_context.set_forkserver_preload(PRELOAD)
+
+
+def run_warm(
+    script: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """``python script *args`` in ``cwd`` with ``env``, forked from the warm server; the same
+    answer as ``subprocess.run(..., capture_output=True, text=True, timeout=timeout)``."""
+    process = WarmProcess(script, args, cwd, env)
+    stdout, stderr = process.communicate(timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+class WarmProcess:
+    """What the tests use of ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)``,
+    for a process forked from the warm server."""
+
+    def __init__(self, script: str, args: list[str], cwd: Path, env: dict[str, str]):
+        self.args = [sys.executable, script, *args]
+        self.folder = tempfile.TemporaryDirectory()
+        self.outputs = [Output(Path(self.folder.name, name)) for name in ("stdout", "stderr")]
+        paths = [str(output.path) for output in self.outputs]
+        self.process = _context.Process(
+            target=run_as_main, args=(script, args, str(cwd), env, *paths)
+        )
+        self.process.start()
+        self.pid = self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        if self.process.exitcode is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float | None = None) -> int:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        return self.process.exitcode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the process, then for every process holding its output (a DDP rank left
+        behind) to close it, as ``Popen.communicate`` does; (stdout, stderr)."""
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        self.process.join(timeout)
+        timed_out = self.process.exitcode is None
+        if timed_out:
+            self.process.kill()
+            self.process.join()
+        for output in self.outputs:
+            output.release()  # the process has opened its own ends, or never will
+        closed = [output.wait(deadline) for output in self.outputs]
+        said = [output.text() for output in self.outputs]
+        self.folder.cleanup()
+        if timed_out or not all(closed):
+            raise subprocess.TimeoutExpired(self.args, timeout, *said)
+        return said[0], said[1]
+
+
+class Output:
+    """One of the process's outputs: a named pipe, read to its end as ``communicate`` reads."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        os.mkfifo(path)
+        self.read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        self.held = os.open(path, os.O_WRONLY)  # no end of file before the process opens it
+        os.set_blocking(self.read_end, True)
+        self.chunks: list[bytes] = []
+        self.reader = threading.Thread(target=self.drain, daemon=True)
+        self.reader.start()
+
+    def drain(self) -> None:
+        while chunk := os.read(self.read_end, 1 << 16):
+            self.chunks.append(chunk)
+
+    def release(self) -> None:
+        if self.held is not None:
+            os.close(self.held)
+            self.held = None
+
+    def wait(self, deadline: float) -> bool:
+        """Whether every writer closed it by ``deadline``."""
+        self.reader.join(max(0.0, deadline - time.monotonic()))
+        if self.reader.is_alive():
+            return False
+        os.close(self.read_end)
+        return True
+
+    def text(self) -> str:
+        """Decoded with universal newlines, as ``text=True`` decodes."""
+        return io.TextIOWrapper(io.BytesIO(b"".join(self.chunks)), errors="replace").read()
+
+
+def run_as_main(script: str, args: list[str], cwd: str, env: dict, out: str, err: str) -> None:
+    """In the forked process: become ``python script *args`` as far as the script can tell."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as a terminal delivers it
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    for fd, path in ((1, out), (2, err)):
+        opened = os.open(path, os.O_WRONLY)
+        os.dup2(opened, fd)
+        os.close(opened)
+    # Unbuffered as PYTHONUNBUFFERED=1 makes them: what a killed process said is kept.
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True)
+    python_path = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:0] = [str(Path(script).resolve().parent), *python_path]
+    sys.argv = [script, *args]
+    try:
+        runpy.run_path(script, run_name="__main__")
+    finally:
+        atexit._run_exitfuncs()  # what the interpreter runs at exit; the fork skips it
+        sys.stdout.flush()
+        sys.stderr.flush()
