@@ -54,7 +54,11 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     for name in ("epoch_d2l", "epoch_fast"):
         row = re.search(rf"^\| {name} \| (\d+) \| ([\d.]+) \|", report, re.M)
         assert row and float(row[2]) > 0, report
-    assert (tmp_path / "bench" / "bench.json").is_file() and (tmp_path / "junit.xml").is_file()
+    bench = json.loads((tmp_path / "bench" / "bench.json").read_text())
+    epochs = {r["name"]: r for r in bench["configurations"]}
+    assert set(epochs) == {"epoch_d2l", "epoch_fast"}
+    assert all(0 <= r["test_acc"] <= 1 and r["epoch_s"] > 0 for r in epochs.values())
+    assert (tmp_path / "junit.xml").is_file()
     # The speedrun ran once per seed, each seed's record read back into the report.
     assert "| speedrun_gpu | ran (mean test acc " in report
     seeds = re.findall(r"^\| (\d) \| (0\.\d{4}) \|", report, re.M)
