@@ -38,6 +38,10 @@ CONFIG_CASES = {
         *("split_weights_not_numbers", "seed_negative"),
     )
 }
+# The runs whose imports the tests read: {job of ``outcomes``}.
+BEFORE_TORCH = {f"config:{case}" for case in CONFIG_CASES}
+BEFORE_TORCH |= {f"ckpt:{case}" for case in ("missing", "latest_without_runs", "a_folder")}
+BEFORE_TORCH |= {"eval.py:no_ckpt_path", "eval.py:a_folder"}
 # Cases answered only after torch is imported (they need Lightning, the data or a checkpoint).
 AFTER_IMPORT: set[str] = set()  # every config case is answered before torch now
 
@@ -229,7 +233,8 @@ def outcomes(request, tmp_path_factory, shared_data) -> dict[str, tuple]:
         job = jobs[key]
         overrides, cwd = job if isinstance(job, tuple) else (job, None)
         cwd = cwd or tmp_path_factory.mktemp("run")
-        env = {"PYTHONPROFILEIMPORTTIME": "1"}
+        # The imports are watched (a cold python) where the answer must come before torch.
+        env = {"PYTHONPROFILEIMPORTTIME": "1"} if key in BEFORE_TORCH else {}
         if key.startswith("eval.py:"):
             result = run_script("eval.py", *overrides, "trainer.accelerator=cpu", cwd=cwd, env=env)
         else:
