@@ -23,6 +23,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 # What every run imports before it trains; imported once, in the server, never run there.
@@ -149,7 +150,31 @@ def run_as_main(script: str, args: list[str], cwd: str, env: dict, out: str, err
     sys.argv = [script, *args]
     try:
         runpy.run_path(script, run_name="__main__")
-    finally:
-        atexit._run_exitfuncs()  # what the interpreter runs at exit; the fork skips it
-        sys.stdout.flush()
-        sys.stderr.flush()
+    except SystemExit:
+        at_exit()
+        raise  # multiprocessing makes its code the exit status, as the interpreter does
+    except KeyboardInterrupt as stop:  # the interpreter's way: the traceback, then die of SIGINT
+        print_traceback(stop, script)
+        at_exit()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException as error:  # the traceback alone, exit 1 (not multiprocessing's lines)
+        print_traceback(error, script)
+        at_exit()
+        raise SystemExit(1) from None
+    at_exit()
+
+
+def print_traceback(error: BaseException, script: str) -> None:
+    """The traceback from the script's own frame on, as a cold ``python script`` prints it."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != script:
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb or error.__traceback__)
+
+
+def at_exit() -> None:
+    """What the interpreter runs at exit, which a forked process's ``os._exit`` skips."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
