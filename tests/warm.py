@@ -6,8 +6,8 @@ most test runs train. So the tests fork their runs from a server that imported t
 is still its own process, with its own ``sys.argv``, working folder, environment, file
 descriptors 1 and 2, signals and exit status, running the script as ``__main__``. What a warm
 process cannot show is start-up itself: the tests of what is imported before a run is refused,
-and of signals during start-up, run a cold ``python`` (``conftest.run_script(..., cold=True)``,
-or any run watched with ``PYTHONPROFILEIMPORTTIME``).
+and of what imports print, run a cold ``python`` (``conftest.run_script(..., cold=True)``, or
+any run watched with ``PYTHONPROFILEIMPORTTIME``). tests/test_warm.py compares the two.
 """
 
 from __future__ import annotations
