@@ -348,7 +348,11 @@ RANGES: dict[str, Range] = {
     "model.scheduler.eta_min": Range("0 or more", 0),
 }
 NAMES = schema_choices()  # the values that name a choice: the schema's Literal types
-PATHS = {"ckpt_path": ", or null", "data.root": "", "data.source": ", or null"}  # null allowed
+PATHS = {  # what may be given besides a path
+    "ckpt_path": ", or null",
+    "data.root": "",
+    "data.source": ", or null (it follows MULTIGPU_DATA: unset that if it is empty)",
+}
 # The nodes training builds from; eval.py's config has only some of them.
 REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")
 
