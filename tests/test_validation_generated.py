@@ -191,3 +191,43 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)
+
+
+DURATION_KEYS = ("days", "hours", "minutes", "seconds", "weeks", "milliseconds", "bogus")
+DURATIONS = st.one_of(
+    st.from_regex(r"\A\s?\d{1,3}:\d{1,3}:\d{1,3}:\d{1,3}\s?\Z"),
+    st.text(alphabet="0123456789: -x", max_size=14),
+    st.dictionaries(
+        st.sampled_from(DURATION_KEYS),
+        st.one_of(st.integers(-3, 90), st.floats(-1, 90), st.text(max_size=2)),
+        max_size=3,
+    ),
+    st.integers(-5, 5),
+    st.none(),
+)
+
+
+@examples(300)
+@given(DURATIONS)
+def test_max_time_passes_exactly_when_lightnings_timer_takes_a_duration_above_zero(value):
+    """The check before the run and Lightning's Timer, which reads the value once the run has
+    started, agree on every value; a refusal is one line naming the key."""
+    from pytorch_lightning.callbacks import Timer
+
+    from multigpu.config.errors import message
+    from multigpu.config.settings import check_max_time
+
+    try:
+        remaining = Timer(duration=value).time_remaining()
+        lightning_runs = remaining is None or remaining > 0
+    except Exception:
+        lightning_runs = False
+    try:
+        check_max_time(value)
+        passed = True
+    except UserError as refused:
+        passed = False
+        said = message(refused)  # as the error line shows it
+        assert said.startswith("trainer.max_time=") and "\n" not in said
+    event("passed" if passed else "refused")
+    assert passed == lightning_runs

@@ -149,6 +149,11 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.limit_val_batches=-1"],
         "trainer.limit_val_batches=-1 must be 0 (no evaluation: no test accuracy) or more",
     ),
+    "max_time_zero": (
+        ["+trainer.max_time=00:00:00:00"],
+        "trainer.max_time=00:00:00:00 leaves no time to train: give a duration above 0",
+    ),
+    "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
     "limit_train_batches_zero": (
         ["+trainer.limit_train_batches=0"],
         "trainer.limit_train_batches=0 must be more than 0",

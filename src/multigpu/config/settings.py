@@ -16,6 +16,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
     check_paths(tree)
     check_numbers(tree)
     check_cosine_length(tree)
+    check_max_time(select(tree, "trainer.max_time"))
     check_ranges_and_names(tree)
     check_targets(select(tree, "time_to_targets"))
     compile = select(tree, "model.compile")
@@ -487,6 +489,31 @@ def check_cosine_length(tree: Mapping[str, Any]) -> None:
             "a cosine decays over a known length: set trainer.max_epochs to the run's epochs, "
             "or model.scheduler.T_max"
         )
+
+
+def check_max_time(value: Any) -> None:
+    """``+trainer.max_time`` as Lightning's Timer reads it (``DD:HH:MM:SS``, or timedelta's
+    arguments), and above zero: a malformed one would fail, and a zero one stop the run before
+    its first batch, only once the run had started."""
+    if value in (None, ABSENT):
+        return
+    fix = "give a duration above 0: DD:HH:MM:SS (00:01:30:00 is 90 minutes) or {minutes:90}"
+    try:
+        if isinstance(value, str):
+            days, hours, minutes, seconds = re.fullmatch(
+                r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip()
+            ).groups()  # type: ignore[union-attr]
+            duration = timedelta(
+                days=int(days), hours=int(hours), minutes=int(minutes), seconds=int(seconds)
+            )
+        elif isinstance(value, Mapping):
+            duration = timedelta(**value)
+        else:
+            raise TypeError(value)
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        raise UserError(f"trainer.max_time={as_override(value)} is not a duration: {fix}") from None
+    if duration <= timedelta(0):
+        raise UserError(f"trainer.max_time={as_override(value)} leaves no time to train: {fix}")
 
 
 def one_of(key: str, value: Any, names: tuple[str, ...]) -> None:
