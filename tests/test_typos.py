@@ -19,8 +19,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typos import (
-    TRAINER_ARGUMENTS,
     ConfTree,
     dotted_keys,
     find_typos,
@@ -461,3 +461,27 @@ def test_generated_unset_variables_are_refused_by_name(name, key, sweep):
     found = check_interpolations(argv, "config", CONF)
     assert found is not None and found.startswith(f"{key}={value} cannot be resolved"), found
     assert name in found and "\n" not in found
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (["trainer:", "  max_epoch: 3"], "trainer.max_epoch is not a setting of Lightning's "
+         "Trainer: did you mean trainer.max_epochs?"),
+        (["data:", "  batchsize: 64"], "data.batchsize is not a setting of data=fashion_mnist: "
+         "did you mean data.batch_size?"),
+        (["sed: 1"], "sed is not a setting of the config: did you mean seed?"),
+    ],
+    ids=["trainer", "data", "top_level"],
+)  # fmt: skip
+def test_a_misspelt_key_in_a_users_own_config_file_is_refused_with_the_closest(
+    lines, said, tmp_path
+):
+    """A config of the user's (``--config-dir``) that extends the shipped one: its keys are
+    checked where every key of the composed config is, with the names it could have meant."""
+    (tmp_path / "mine").mkdir()
+    text = ["defaults:", "  - config", "  - _self_", *lines]
+    (tmp_path / "mine" / "mine.yaml").write_text("\n".join(text) + "\n")
+    result = run_script("train.py", "--config-dir", "mine", "--config-name", "mine", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip() == f"error: {said}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written

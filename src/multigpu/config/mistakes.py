@@ -311,6 +311,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "quoted_number": (["model.net.width='8'"], "model.net.width='8' must be an integer"),
     "number_for_a_path": (["data.root=2024"], "(quote a name that looks like a number: "),
     "empty_path": (["data.root=''"], "data.root='' names no path"),
+    "unknown_top_level_key": (["+sed=1"], "sed is not a setting of the config: did you mean seed?"),
     "empty_source": (["data.source=''"], "(it follows MULTIGPU_DATA: unset that if it is empty)"),
     "interpolation": (["data.batch_size=${nosuch}"], "data.batch_size cannot be resolved"),
     "huge_integer": (["data.num_workers=100000000000000000000"], "more than torch's 64-bit"),

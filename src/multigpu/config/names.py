@@ -77,4 +77,53 @@ STRATEGY_KEYS = {
         "trace_steps",
     ),
 }
+# The config's nodes beside its own keys (schema.Top): its groups', and Hydra's when composed.
+TOP_NODES = ("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "hydra")
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
+
+# inspect.signature(pytorch_lightning.Trainer.__init__) without ``self``, read once so that a
+# typo is found without importing Lightning (tests/test_typos.py fails when Lightning changes
+# it). The config's trainer node holds these only (multigpu.config.settings.check_keys).
+TRAINER_ARGUMENTS = (
+    "accelerator",
+    "strategy",
+    "devices",
+    "num_nodes",
+    "precision",
+    "logger",
+    "callbacks",
+    "fast_dev_run",
+    "max_epochs",
+    "min_epochs",
+    "max_steps",
+    "min_steps",
+    "max_time",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "overfit_batches",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "num_sanity_val_steps",
+    "log_every_n_steps",
+    "enable_checkpointing",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "deterministic",
+    "benchmark",
+    "inference_mode",
+    "use_distributed_sampler",
+    "profiler",
+    "detect_anomaly",
+    "barebones",
+    "plugins",
+    "sync_batchnorm",
+    "reload_dataloaders_every_n_epochs",
+    "default_root_dir",
+    "enable_autolog_hparams",
+    "model_registry",
+)

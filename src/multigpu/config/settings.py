@@ -46,9 +46,12 @@ from multigpu.config.names import (
     SGD_KEYS,
     STRATEGY_KEYS,
     SYNTHETIC,
+    TOP_NODES,
+    TRAINER_ARGUMENTS,
 )
 from multigpu.config.schema import (
     ABSENT,
+    Top,
     as_override,
     check_types,
     config_tree,
@@ -58,6 +61,7 @@ from multigpu.config.schema import (
     target_of,
 )
 from multigpu.config.schema import choices as schema_choices
+from multigpu.config.typos import closest, did_you_mean
 
 # How each option of the ``strategy`` group places its work on the devices.
 ONE_DEVICE = "one_device"  # the whole step on one device
@@ -361,6 +365,8 @@ REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strateg
 def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> None:
     """Each value alone (its type is already right): the keys each node may have, finiteness,
     ranges and names; ``choices`` (the group options) name the data and strategy in messages."""
+    top = (*(f.name for f in fields(Top)), *TOP_NODES)
+    check_known("", dict.fromkeys(cfg), top, "the config")  # a key nothing would read
     tree = config_tree(cfg)
     for path in REQUIRED:
         if select(tree, path) is ABSENT:
@@ -526,6 +532,8 @@ def check_keys(tree: Mapping[str, Any], choices: Mapping[str, str]) -> None:
     """Every key of a node is one its ``_target_`` takes (``multigpu.config.names``), so that a typo
     or an unknown ``+key`` is named now, with the keys it could have been, not by the
     constructor once torch has loaded."""
+    if isinstance(tree["trainer"], Mapping):
+        check_known("trainer", tree["trainer"], TRAINER_ARGUMENTS, "Lightning's Trainer")
     model = tree["model"]
     check_target("model.net", model["net"], {NETWORK: NETWORK_KEYS}, "network", NETWORK)
     check_target("model.optimizer", model["optimizer"], {SGD: SGD_KEYS}, "optimizer", SGD)
@@ -570,10 +578,16 @@ def check_target(
 
 
 def check_known(path: str, node: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
+    """Every key of ``node`` is one of ``known``: else the closest ones, or all of them."""
     unknown = [key for key in node if key not in known and key not in HYDRA_KEYS]
-    if unknown:
+    if not unknown:
+        return
+    name = f"{path}.{unknown[0]}" if path else unknown[0]
+    if close := closest(str(unknown[0]), known):
+        takes = did_you_mean([f"{path}.{key}" if path else key for key in close])[2:]
+    else:
         takes = f"use one of {', '.join(known)}" if known else "it takes none"
-        raise UserError(f"{path}.{unknown[0]} is not a setting of {what}: {takes}")
+    raise UserError(f"{name} is not a setting of {what}: {takes}")
 
 
 def parse_precision(precision: Any, accelerator: str) -> str:
