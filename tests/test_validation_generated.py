@@ -231,3 +231,36 @@ def test_max_time_passes_exactly_when_lightnings_timer_takes_a_duration_above_ze
         assert said.startswith("trainer.max_time=") and "\n" not in said
     event("passed" if passed else "refused")
     assert passed == lightning_runs
+
+
+@st.composite
+def unknown_keys(draw) -> tuple[str, str]:
+    """(node, key): a key the node does not take, often a near miss of one it does."""
+    from multigpu.config.names import TRAINER_ARGUMENTS
+    from multigpu.config.settings import TOP_KEYS
+
+    node, known = draw(st.sampled_from([("", TOP_KEYS), ("trainer", TRAINER_ARGUMENTS)]))
+    word = draw(st.sampled_from(known))
+    at = draw(st.integers(0, len(word) - 1))
+    near = word[:at] + word[at + 1 :]  # one letter dropped
+    free = draw(st.from_regex(r"[a-z][a-z_]{0,11}", fullmatch=True))
+    key = draw(st.sampled_from([near, free]))
+    assume(key not in known and not key.startswith("_"))
+    return node, key
+
+
+@examples(40)
+@given(unknown_keys())
+def test_a_key_nothing_reads_is_refused_in_one_line_wherever_the_config_got_it(case):
+    """Added on the command line here; a config file of the user's gives the validator the same
+    composed config (tests/test_typos.py runs those through train.py)."""
+    node, key = case
+    name = f"{node}.{key}" if node else key
+    cfg = compose_config([*TINY, f"++{name}=1"], output_dir=OUTPUT_DIR)
+    try:
+        resolve_on(cfg)
+    except UserError as refused:
+        said = str(refused)
+        assert said.startswith(f"{name} is not a setting of ") and "\n" not in said
+        return
+    raise AssertionError(f"{name}=1 was accepted")

@@ -72,12 +72,6 @@ class WarmProcess:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
-    def wait(self, timeout: float | None = None) -> int:
-        self.process.join(timeout)
-        if self.process.exitcode is None:
-            raise subprocess.TimeoutExpired(self.args, timeout)
-        return self.process.exitcode
-
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Wait for the process, then for every process holding its output (a DDP rank left
         behind) to close it, as ``Popen.communicate`` does; (stdout, stderr)."""

@@ -358,6 +358,7 @@ PATHS = {  # what may be given besides a path
     "data.root": "",
     "data.source": ", or null (it follows MULTIGPU_DATA: unset that if it is empty)",
 }
+TOP_KEYS = (*(f.name for f in fields(Top)), *TOP_NODES)  # the config's own keys and its nodes
 # The nodes training builds from; eval.py's config has only some of them.
 REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")
 
@@ -365,8 +366,7 @@ REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strateg
 def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> None:
     """Each value alone (its type is already right): the keys each node may have, finiteness,
     ranges and names; ``choices`` (the group options) name the data and strategy in messages."""
-    top = (*(f.name for f in fields(Top)), *TOP_NODES)
-    check_known("", dict.fromkeys(cfg), top, "the config")  # a key nothing would read
+    check_known("", dict.fromkeys(cfg), TOP_KEYS, "the config")  # a key nothing would read
     tree = config_tree(cfg)
     for path in REQUIRED:
         if select(tree, path) is ABSENT:
@@ -497,6 +497,9 @@ def check_cosine_length(tree: Mapping[str, Any]) -> None:
         )
 
 
+DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")  # DD:HH:MM:SS, as Lightning's Timer reads it
+
+
 def check_max_time(value: Any) -> None:
     """``+trainer.max_time`` as Lightning's Timer reads it (``DD:HH:MM:SS``, or timedelta's
     arguments), and above zero: a malformed one would fail, and a zero one stop the run before
@@ -505,18 +508,14 @@ def check_max_time(value: Any) -> None:
         return
     fix = "give a duration above 0: DD:HH:MM:SS (00:01:30:00 is 90 minutes) or {minutes:90}"
     try:
-        if isinstance(value, str):
-            days, hours, minutes, seconds = re.fullmatch(
-                r"(\d+):(\d\d):(\d\d):(\d\d)", value.strip()
-            ).groups()  # type: ignore[union-attr]
-            duration = timedelta(
-                days=int(days), hours=int(hours), minutes=int(minutes), seconds=int(seconds)
-            )
-        elif isinstance(value, Mapping):
+        if isinstance(value, Mapping):
             duration = timedelta(**value)
+        elif isinstance(value, str) and (parts := DURATION.fullmatch(value.strip())):
+            days, hours, minutes, seconds = map(int, parts.groups())
+            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
         else:
             raise TypeError(value)
-    except (AttributeError, TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError):
         raise UserError(f"trainer.max_time={as_override(value)} is not a duration: {fix}") from None
     if duration <= timedelta(0):
         raise UserError(f"trainer.max_time={as_override(value)} leaves no time to train: {fix}")

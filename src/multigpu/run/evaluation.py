@@ -52,14 +52,14 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     from multigpu.storage.checkpoint import load_checkpoint, network
 
     checkpoint = load_checkpoint(path)  # torch alone: a file that is refused is refused fast
-    network(checkpoint, path)
+    net = network(checkpoint, path)
 
     import pytorch_lightning as pl  # the checks passed: now the heavy part
 
     from multigpu.run.build import build
     from multigpu.storage.checkpoint import classifier
 
-    module = classifier(checkpoint, path)
+    module = classifier(checkpoint, path, net)
     data = plain(cfg.data)
     data.pop("batch_size_per_device", None)  # a training-time scaling rule
     trained_with = checkpoint.get("datamodule_hyper_parameters") or {}

@@ -857,10 +857,13 @@ def network(checkpoint: dict[str, Any], path: str | Path) -> nn.Module:
     return net
 
 
-def classifier(checkpoint: dict[str, Any], path: str | Path) -> ImageClassifier:
+def classifier(
+    checkpoint: dict[str, Any], path: str | Path, net: nn.Module | None = None
+) -> ImageClassifier:
     """The checkpoint's network inside the module that trained it, ready to evaluate the way
-    training did (with the mirror images too, if its run set ``model.tta_flip``)."""
-    net = network(checkpoint, path)
+    training did (with the mirror images too, if its run set ``model.tta_flip``); ``net``: its
+    ``network()``, when that was already built and checked."""
+    net = net if net is not None else network(checkpoint, path)
     from multigpu.models.classifier import ImageClassifier  # Lightning: once the file passed
 
     tta_flip = (checkpoint.get(SETTINGS) or {}).get("model.tta_flip") is True
