@@ -12,9 +12,11 @@ from omegaconf import DictConfig
 from multigpu.callbacks.interrupts import sigterm_interrupts
 from multigpu.config.typos import check_command_line
 from multigpu.run.cli import one_line_on_ctrl_c, report_user_errors
+from multigpu.run.console import guard_console
 from multigpu.run.evaluation import evaluate  # torch-free until the settings are checked
 from multigpu.run.quiet import quiet
 
+guard_console()  # a closed stdout or stderr never fails the evaluation
 quiet()
 
 

@@ -10,12 +10,14 @@ from multigpu.run.cli import (
     register_resolvers,
     report_user_errors,
 )
+from multigpu.run.console import guard_console
 from multigpu.run.quiet import quiet
 from multigpu.run.run_summary import print_closing_lines
 from multigpu.run.sweep import keep_sweeping
 from multigpu.run.training import train  # torch-free until the config is checked
 from multigpu.storage.record import is_rank_zero
 
+guard_console()  # a closed stdout or stderr (| head, a closed terminal) never fails the run
 register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a sweep's jobs
 quiet()  # here too for DDP's workers, which start from this file
 

@@ -97,12 +97,20 @@ def run_script(
     return run_warm(str(REPO / script), list(args), cwd, full_env, timeout)
 
 
-def start_script(script: str, *args: str, cwd: Path, env: dict | None = None):
+def start_script(
+    script: str,
+    *args: str,
+    cwd: Path,
+    env: dict | None = None,
+    lines: tuple[int | None, int | None] = (None, None),
+):
     """``python <script> args`` started in ``cwd``, forked warm (tests/warm.py): a process to
-    signal, with what ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` offers."""
+    signal, with what ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)`` offers.
+    ``lines``: after how many lines of stdout and of stderr their reader goes away, as with
+    ``| head -n N`` (``None``: read to the end); ``close_outputs()`` makes both go away."""
     from warm import WarmProcess
 
-    return WarmProcess(str(REPO / script), list(args), cwd, process_env(env))
+    return WarmProcess(str(REPO / script), list(args), cwd, process_env(env), lines)
 
 
 def run_module(module: str, *args: str, cwd: Path, timeout: float = 300):

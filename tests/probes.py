@@ -270,3 +270,25 @@ class KillRank(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+class ManyCores(Callback):
+    """Lightning sees a machine of ``cores`` CPU cores: its hint to raise a loader's
+    ``num_workers`` needs more than 2 (this machine's count)."""
+
+    def __init__(self, cores: int):
+        import lightning_fabric.utilities.data as data
+
+        data._num_cpus_available = lambda: cores
+
+
+class MatmulPrecisionProbe(Callback):
+    """Writes torch's float32 matmul precision as training starts."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        with open(self.path, "w") as f:
+            f.write(torch.get_float32_matmul_precision())

@@ -77,8 +77,20 @@ def test_settings_ignore_where_and_how_but_count_what_changes_the_math():
         ("+trainer.gradient_clip_val=1.0", "trainer.gradient_clip_val"),
         ("trainer.precision=bf16-mixed", "trainer.precision"),
         ("+model/scheduler=cosine", "model.scheduler"),
+        ("float32_matmul_precision=highest", "float32_matmul_precision"),
     ):
         assert key in differences(base, settings_of(changed)), changed
+
+
+def test_settings_recorded_before_the_matmul_precision_existed_still_match():
+    """A record or checkpoint without ``float32_matmul_precision`` counts as its default
+    (``high``), as every key added later does; another value is a difference by name."""
+    current = settings_of()
+    assert current["float32_matmul_precision"] == "high"
+    older = {k: v for k, v in current.items() if k != "float32_matmul_precision"}
+    assert differences(older, current) == {} and differences(current, older) == {}
+    exact = settings_of("float32_matmul_precision=highest")
+    assert differences(older, exact) == {"float32_matmul_precision": ("high", "highest")}
 
 
 def test_the_global_batch_and_the_scaled_lr_count_as_resolved():

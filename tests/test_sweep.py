@@ -14,7 +14,15 @@ from pathlib import Path
 
 import matplotlib.image
 import pytest
-from conftest import CONF, TINY, compose_config, resolve_on, run_script, start_script
+from conftest import (
+    CONF,
+    TINY,
+    compose_config,
+    resolve_on,
+    run_python,
+    run_script,
+    start_script,
+)
 from hydra import compose, initialize_config_dir
 
 from multigpu.run.cli import register_resolvers
@@ -203,6 +211,73 @@ def test_optuna_and_slurm_configs_compose():
     assert set(cfg.hydra.sweeper.params) == {"model.optimizer.lr", "data.batch_size"}
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node) == (2, 4)
+
+
+def test_the_slurm_launcher_declares_the_submitit_settings():
+    """Its settings are declared without importing the Slurm extra: the same as the submitit
+    launcher's, in its order and with its defaults, and the launcher made where the extra is."""
+    from dataclasses import MISSING, fields
+
+    from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+    from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
+        SlurmLauncher as SubmititSlurmLauncher,
+    )
+
+    from hydra_plugins.multigpu_launcher.slurm_launcher import SlurmLauncher, SlurmLauncherConf
+
+    def settings(conf) -> dict:
+        """Each setting's default, in the order declared."""
+        return {
+            f.name: f.default_factory() if f.default is MISSING else f.default
+            for f in fields(conf)
+            if f.name != "_target_"
+        }
+
+    ours = settings(SlurmLauncherConf)
+    assert ours.pop("unschedulable_after_s") == 300
+    assert list(ours.items()) == list(settings(SlurmQueueConf).items())
+    assert SlurmLauncherConf._target_ == f"{SlurmLauncher.__module__}.SlurmLauncher"
+    launcher = SlurmLauncher(**settings(SlurmLauncherConf))
+    assert isinstance(launcher.jobs, SubmititSlurmLauncher)
+
+
+# Run before train.py: the interpreter as it is without the Slurm extra. The modules cannot be
+# imported, and Hydra's plug-in scan (pkgutil.walk_packages) does not find them either.
+WITHOUT_SLURM_EXTRA = """
+import importlib.abc, pkgutil, runpy, sys
+HIDDEN = ("submitit", "hydra_plugins.hydra_submitit_launcher")
+def hidden(name):
+    return any(name == h or name.startswith(h + ".") for h in HIDDEN)
+class Hide(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if hidden(name):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, Hide())
+walk = pkgutil.walk_packages
+pkgutil.walk_packages = lambda *a, **k: (m for m in walk(*a, **k) if not hidden(m.name))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_without_the_slurm_extra_only_choosing_its_launcher_is_refused(tmp_path):
+    """No plug-in warning on every command; ``hydra/launcher=slurm`` is one line, exit 2,
+    nothing written."""
+    train = str(Path(CONF).parent / "train.py")
+    smoke = [*TINY, "data=synthetic", "+trainer.fast_dev_run=true", "hydra.run.dir=run"]
+    ran = run_python("-c", WITHOUT_SLURM_EXTRA, train, *smoke, cwd=tmp_path, timeout=300)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert "Error importing" not in ran.stderr and "Plugin is incompatible" not in ran.stderr
+    assert "warn" not in ran.stderr.lower(), ran.stderr[-3000:]
+
+    sweep = ["-m", "hydra/launcher=slurm", *TINY, "data=synthetic", "hydra.sweep.dir=sweep"]
+    refused = run_python("-c", WITHOUT_SLURM_EXTRA, train, *sweep, cwd=tmp_path, timeout=300)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.splitlines() == [
+        "error: hydra/launcher=slurm needs the Slurm extra, not installed here (No module named "
+        "'hydra_plugins.hydra_submitit_launcher'): pip install -e '.[slurm]'"
+    ]
+    assert not (tmp_path / "sweep").exists()
 
 
 @pytest.mark.slow

@@ -106,6 +106,21 @@ def test_eval_stopped_by_sigterm_says_so_and_prints_no_result(finished_run, data
     assert "Traceback" not in err
 
 
+def test_eval_computes_with_the_matmul_precision_its_checkpoint_trained_with():
+    """As the run's own evaluations did; a checkpoint from before the setting counts as its
+    default, as a resume counts it; a value that is not one is refused in one line."""
+    from multigpu.run.evaluation import trained_matmul_precision
+    from multigpu.storage.ckpt_path import SETTINGS
+
+    exact = {SETTINGS: {"float32_matmul_precision": "highest", "seed": 1}}
+    assert trained_matmul_precision(exact, "a.ckpt") == "highest"
+    assert trained_matmul_precision({SETTINGS: {"seed": 1}}, "a.ckpt") == "high"
+    assert trained_matmul_precision({SETTINGS: None}, "a.ckpt") == "high"
+    edited = {SETTINGS: {"float32_matmul_precision": "fast"}}
+    with pytest.raises(UserError, match=r"^ckpt_path=a.ckpt records float32_matmul_precision="):
+        trained_matmul_precision(edited, "a.ckpt")
+
+
 def test_eval_latest_without_runs_says_what_to_pass(tmp_path):
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose("eval", overrides=["ckpt_path=latest", f"paths.runs_dir={tmp_path}"])

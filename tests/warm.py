@@ -17,6 +17,7 @@ import io
 import multiprocessing
 import os
 import runpy
+import select
 import signal
 import subprocess
 import sys
@@ -47,10 +48,22 @@ class WarmProcess:
     """What the tests use of ``subprocess.Popen(..., stdout=PIPE, stderr=PIPE, text=True)``,
     for a process forked from the warm server."""
 
-    def __init__(self, script: str, args: list[str], cwd: Path, env: dict[str, str]):
+    def __init__(
+        self,
+        script: str,
+        args: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        lines: tuple[int | None, int | None] = (None, None),
+    ):
+        """``lines``: for stdout and stderr, after how many lines their reader goes away, as
+        ``| head -n N`` does (``None``: read to the end)."""
         self.args = [sys.executable, script, *args]
         self.folder = tempfile.TemporaryDirectory()
-        self.outputs = [Output(Path(self.folder.name, name)) for name in ("stdout", "stderr")]
+        self.outputs = [
+            Output(Path(self.folder.name, name), limit)
+            for name, limit in zip(("stdout", "stderr"), lines, strict=True)
+        ]
         paths = [str(output.path) for output in self.outputs]
         self.process = _context.Process(
             target=run_as_main, args=(script, args, str(cwd), env, *paths)
@@ -72,6 +85,11 @@ class WarmProcess:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
+    def close_outputs(self) -> None:
+        """Its reader goes away, as when the parent that reads its output dies."""
+        for output in self.outputs:
+            output.go_away()
+
     def communicate(self, timeout: float | None = None) -> tuple[str, str]:
         """Wait for the process, then for every process holding its output (a DDP rank left
         behind) to close it, as ``Popen.communicate`` does; (stdout, stderr)."""
@@ -92,21 +110,41 @@ class WarmProcess:
 
 
 class Output:
-    """One of the process's outputs: a named pipe, read to its end as ``communicate`` reads."""
+    """One of the process's outputs: a named pipe, read to its end as ``communicate`` reads,
+    or until its reader goes away (``lines`` read, as ``head -n`` exits, or ``go_away``, as a
+    parent process dies): later writes to it fail with ``BrokenPipeError``."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, lines: int | None = None):
+        self.path, self.lines = path, lines
         os.mkfifo(path)
         self.read_end = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         self.held = os.open(path, os.O_WRONLY)  # no end of file before the process opens it
         os.set_blocking(self.read_end, True)
         self.chunks: list[bytes] = []
+        self.leaving = threading.Event()
         self.reader = threading.Thread(target=self.drain, daemon=True)
         self.reader.start()
 
     def drain(self) -> None:
-        while chunk := os.read(self.read_end, 1 << 16):
-            self.chunks.append(chunk)
+        """Read until the end, or until the reader goes away: then close the read end here,
+        in the one thread that reads it."""
+        while not self.gone():
+            if select.select([self.read_end], [], [], 0.05)[0]:
+                chunk = os.read(self.read_end, 1 << 16)
+                if not chunk:
+                    return
+                self.chunks.append(chunk)
+        os.close(self.read_end)  # no reader is left on the pipe
+        self.read_end = None
+
+    def gone(self) -> bool:
+        read = b"".join(self.chunks).count(b"\n")
+        return self.leaving.is_set() or (self.lines is not None and read >= self.lines)
+
+    def go_away(self) -> None:
+        """The reader closes its end now, whatever it has read."""
+        self.leaving.set()
+        self.reader.join()
 
     def release(self) -> None:
         if self.held is not None:
@@ -118,7 +156,8 @@ class Output:
         self.reader.join(max(0.0, deadline - time.monotonic()))
         if self.reader.is_alive():
             return False
-        os.close(self.read_end)
+        if self.read_end is not None:
+            os.close(self.read_end)
         return True
 
     def text(self) -> str:

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM outside Lightning's own handling.
+"""Ctrl-C, SIGTERM and SIGHUP outside Lightning's own handling.
 
 Before training (data preparation, building the network) SIGTERM would kill the run without a
 word, leaving its record ``running`` and a half-written file: ``sigterm_interrupts`` makes it
@@ -6,7 +6,12 @@ raise ``Interrupted`` there, so the run records how it ended and removes the fil
 writing; while Lightning trains, its own handler (which calls this one too) stops after the
 current step. Once training is over, the run has completed and its last checkpoint is
 written, so a signal during what follows (drawing the test figures) skips that work, says so,
-and leaves the run completed."""
+and leaves the run completed.
+
+SIGHUP, which a closed terminal sends the jobs it started, is a stop like SIGTERM (its
+default would end the process unrecorded): before and after training the same way; while
+Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
+current step, and named by ``stop_signal``."""
 
 from __future__ import annotations
 
@@ -30,24 +35,42 @@ def after_training_notice(signal_name: str, skipped: str) -> str:
     )
 
 
+# The signals that stop a run as Ctrl-C does: a job's end, a terminal's hang-up.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_handed_over: list[signal.Signals] = []  # what Lightning's SIGTERM handling stops for
+
+
 def _interrupt(signum: int, frame: object) -> None:
-    if signal.getsignal(signum) is not _interrupt:
+    sigterm = signal.getsignal(signal.SIGTERM)
+    if sigterm is _interrupt or not callable(sigterm):  # Lightning is not training
+        name = signal.Signals(signum).name
+        raise Interrupted(f"interrupted by {name}", 128 + signum)
+    if signum == signal.SIGTERM:
         return  # called by Lightning's handler, which stops training after the current step
-    name = signal.Signals(signum).name
-    raise Interrupted(f"interrupted by {name}", 128 + signum)
+    _handed_over.append(signal.Signals(signum))
+    sigterm(signal.SIGTERM, frame)  # Lightning's, or skipped_on_signal's once training is over
+
+
+def stop_signal(default: signal.Signals) -> signal.Signals:
+    """The signal that Lightning's SIGTERM handling stopped for: a SIGHUP handed to it, or
+    ``default`` (SIGTERM)."""
+    return _handed_over[-1] if _handed_over else default
 
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises ``Interrupted`` in the block (the main thread's), as Ctrl-C raises."""
+    """SIGTERM and SIGHUP raise ``Interrupted`` in the block (the main thread's), as Ctrl-C
+    raises."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    _handed_over.clear()
+    previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @contextmanager
@@ -60,7 +83,7 @@ def skipped_on_signal(what: str) -> Iterator[None]:
     def skip(signum: int, frame: object) -> None:
         raise _Skip(signal.Signals(signum).name)
 
-    previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, *STOP_SIGNALS)}
     try:
         yield
     except _Skip as stopped:

@@ -17,11 +17,13 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
-from multigpu.config.schema import check_types, config_tree
+from multigpu.config.names import MATMUL_PRECISIONS
+from multigpu.config.schema import Top, check_types, config_tree
 from multigpu.config.settings import (
     Machine,
     check_evaluation,
     data_classes,
+    loader_defaults,
     plain,
     resolve_hardware,
 )
@@ -35,6 +37,22 @@ def choices_of(cfg: DictConfig) -> dict[str, str]:
         return hydra_runtime(cfg)[0]
     except ValueError:  # HydraConfig not set: a config composed by hand
         return {}
+
+
+def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
+    """The float32 matmul precision the checkpoint's run computed with, so that this pass is
+    the computation of the run's own evaluations (a run recorded before the setting existed
+    counts as its default, as a resume counts it)."""
+    from multigpu.storage.checkpoint import stored_settings
+
+    key = "float32_matmul_precision"
+    value = (stored_settings(checkpoint) or {}).get(key, Top.float32_matmul_precision)
+    if value not in MATMUL_PRECISIONS:
+        raise UserError(
+            f"ckpt_path={path} records {key}={value!r}, which is not one of "
+            f"{', '.join(MATMUL_PRECISIONS)}: it was not written by train.py"
+        )
+    return value
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -55,7 +73,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     net = network(checkpoint, path)
 
     import pytorch_lightning as pl  # the checks passed: now the heavy part
+    import torch
 
+    from multigpu.callbacks.interrupts import stop_signal
+    from multigpu.callbacks.process_setup import EveryProcess
     from multigpu.run.build import build
     from multigpu.storage.checkpoint import classifier
 
@@ -70,11 +91,18 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
             f"ckpt_path={path} was trained on {trained} classes and the data has {classes}: "
             f"evaluate it on data with {trained} classes (the data its run had)"
         )
+    machine = Machine.this(False)
+    data["num_workers"], data["pin_memory"] = loader_defaults(
+        data, accelerator, machine.cpu_cores, 1
+    )
     datamodule = build(data)
+    matmul_precision = trained_matmul_precision(checkpoint, path)
+    torch.set_float32_matmul_precision(matmul_precision)  # before the device is set up
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=[device] if accelerator == "cuda" else 1,
         precision=precision,
+        callbacks=[EveryProcess(matmul_precision, data.get("pipeline", "torchvision"))],
         logger=False,
         enable_progress_bar=False,
         enable_model_summary=False,
@@ -85,7 +113,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and SIGTERM (exit 0): no result
         if not trainer.interrupted:
             raise
-        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        signum = stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
         raise Interrupted(
             f"interrupted by {signum.name}: no test accuracy was measured", 128 + signum
         ) from None

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +20,12 @@ from omegaconf.errors import OmegaConfBaseException
 from multigpu.config.errors import UserError, WriteFailed, message
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine
-from multigpu.run.admission import admit, finished_notice
+from multigpu.run.admission import RUN_FOLDER, admit, finished_notice, written_folders
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
-from multigpu.storage.ownership import acquire
+from multigpu.storage.ownership import acquire_all
+from multigpu.storage.paths import canonical
 from multigpu.storage.record import is_rank_zero
 
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
@@ -49,9 +49,8 @@ def with_output_dir(config: DictConfig, folder: Path) -> DictConfig:
 def check_creatable_folder(folder: str, key: str) -> None:
     """A folder the run can make its own: named, not one above the folder the command runs
     in (``/`` would spread a run's files among the system's), and writable."""
-    place = Path(os.path.abspath(Path(folder).expanduser()))  # `..` resolved, links kept
     empty = not str(folder).strip()
-    if empty or place in Path.cwd().parents:
+    if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
         refuse(
             f"{key}={folder!s} is {what}: a run writes a folder of its own; pass a new one, "
@@ -89,28 +88,49 @@ def check_sweep(config: DictConfig) -> None:
     loader = GlobalHydra.instance().config_loader()
     keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
-    problems = [
-        f"jobs {a} and {b} would share the folder {names[a]}"
-        for a in range(len(names))
-        for b in range(a + 1, len(names))
-        if names[a] == names[b]
-    ]
-    sweep_dir = Path(config.hydra.sweep.dir)
+    sweep_dir = canonical(config.hydra.sweep.dir)
+    written = [{RUN_FOLDER: sweep_dir / name} for name in names]
+    problems = []
     machine = Machine.this(multirun=True)
     for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
         try:
             job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
+            written[number] = written_folders(job, sweep_dir / name)
             admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
         except UserError as err:
             problems.append(f"job {number} ({name}): {message(err)}")
         except OmegaConfBaseException as err:  # a value that cannot be resolved, say
             problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
+    problems = shared_folders(written) + problems
     if problems:
         refuse(
             f"{len(problems)} of {len(jobs)} jobs cannot run, so none was started: "
             + " | ".join(problems),
             UserError.exit_code,
         )
+
+
+def shared_folders(written: list[dict[str, Path]]) -> list[str]:
+    """Two jobs that would write in one folder (their run folders, or checkpoint folders
+    named alike): the second would overwrite the first's files."""
+    problems = []
+    for a in range(len(written)):
+        for b in range(a + 1, len(written)):
+            common = set(written[a].values()) & set(written[b].values())
+            problems += [f"jobs {a} and {b} would share the folder {f}" for f in sorted(common)]
+    return problems
+
+
+def check_launcher(config: DictConfig) -> None:
+    """A launcher whose optional packages are not installed (``hydra/launcher=slurm`` without
+    the Slurm extra) is refused now, before the sweep's folder is made."""
+    from hydra_plugins.multigpu_launcher.slurm_launcher import SlurmLauncherConf, missing_extra
+
+    if (config.hydra.launcher or {}).get("_target_") != SlurmLauncherConf._target_:
+        return
+    refusal = missing_extra()
+    if refusal is not None:
+        refuse(refusal, UserError.exit_code)
 
 
 def guarded(check: Callable[..., None]) -> Callable[..., None]:
@@ -144,16 +164,17 @@ class Preflight(Callback):
             if admission.finished is not None:
                 raise finished_notice(folder, admission.finished)
             if is_rank_zero():
-                acquire(folder)  # held until this process ends
+                acquire_all(admission.folders)  # held until this process ends
         except UserError as err:
             refuse(message(err), err.exit_code)
         remember(folder, admission)
 
     @guarded
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        check_launcher(config)
         check_creatable_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
         check_sweep(config)
-        try:
-            acquire(config.hydra.sweep.dir)  # one sweep at a time in a sweep folder
+        try:  # one sweep at a time in a sweep folder
+            acquire_all({"hydra.sweep.dir": canonical(config.hydra.sweep.dir)})
         except UserError as err:
-            refuse(message(err).replace("hydra.run.dir", "hydra.sweep.dir"), err.exit_code)
+            refuse(message(err), err.exit_code)

@@ -14,7 +14,17 @@ that asks nothing of the user and changes nothing in it.
 - DDP's "Initializing distributed: GLOBAL_RANK ..." per process and its backend banner: the
   run's first line gives the processes and who started them;
 - "Loading `train_dataloader` to estimate number of stepping batches.", printed when a
-  scheduler stepped per optimizer step asks for the epoch's length.
+  scheduler stepped per optimizer step asks for the epoch's length;
+- "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]" on every CUDA run: the run's first line says
+  which devices it uses;
+- the hint to call ``torch.set_float32_matmul_precision`` on a GPU with tensor cores: the
+  config's ``float32_matmul_precision`` sets it for every run (``high`` by default), so the
+  hint would only repeat a choice made there (or come from a spawned DDP worker, which checks
+  before the run's setting reaches it);
+- for the in-memory pipeline only, the hint to raise a loader's ``num_workers``: it cuts
+  batches from a tensor in the training process, with no worker processes to raise (the
+  torchvision pipeline keeps the hint: there it is good advice). That filter knows the run's
+  pipeline, so the run sets it in each of its processes: ``multigpu.callbacks.process_setup``.
 """
 
 from __future__ import annotations
@@ -39,11 +49,14 @@ LOG_MESSAGES = (
     "Initializing distributed: ",
     "Loading `train_dataloader` to estimate number of stepping batches",
     "-" * 100 + "\ndistributed_backend=",
+    "You are using a CUDA device (",
+    "LOCAL_RANK: ",
 )
 LIGHTNING_LOGGERS = (
     "pytorch_lightning.utilities.rank_zero",
     "lightning_fabric.utilities.rank_zero",
     "lightning_fabric.utilities.distributed",
+    "pytorch_lightning.accelerators.cuda",
 )
 
 

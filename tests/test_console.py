@@ -1,0 +1,161 @@
+"""The console may vanish (``multigpu.run.console``): a run whose stdout or stderr reader goes
+away (``| head -1``, a closed terminal, a dead parent) goes on, its lines in ``train.log``,
+and ends ``completed``, or ``interrupted`` when a signal came too; and the progress, written
+to a file or a pipe, is plain lines (``multigpu.callbacks.progress``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import TINY, run_script, start_script
+
+from multigpu.callbacks.interrupts import sigterm_interrupts, stop_signal
+from multigpu.callbacks.progress import is_terminal, progress_line
+from multigpu.config.errors import Interrupted
+from multigpu.run.console import Console, is_gone
+
+TESTS = Path(__file__).resolve().parent
+PROBES_ENV = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+# Two epochs of 4 steps with the progress bar on (TINY turns it off); a few seconds.
+RUN = [
+    *[a for a in TINY if not a.startswith("callbacks.progress_bar")],
+    "data=synthetic",
+    "data.num_train=256",
+    "data.num_test=64",
+    "data.batch_size=64",
+    "trainer.max_epochs=2",
+    "hydra.run.dir=outputs/run",
+]
+
+
+def record(cwd: Path) -> dict:
+    return json.loads((cwd / "outputs" / "run" / "metrics.json").read_text())
+
+
+def train_log(cwd: Path) -> str:
+    return (cwd / "outputs" / "run" / "train.log").read_text()
+
+
+def pipe_without_reader() -> Console:
+    """A console on a pipe whose reader has gone, as stdout is after ``| head -1`` exits."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return Console(io.TextIOWrapper(io.FileIO(write_end, "w"), write_through=True), "stdout")
+
+
+def test_a_write_to_a_pipe_without_reader_goes_to_dev_null(caplog):
+    console = pipe_without_reader()
+    assert console.write("a line\n") == len("a line\n") and console.gone
+    assert os.readlink(f"/proc/self/fd/{console.fileno()}") == os.devnull
+    console.write("and more\n")
+    console.flush()
+    assert not console.isatty()
+    assert "stdout is gone (BrokenPipeError: [Errno 32] Broken pipe)" in caplog.text
+    console.close()
+
+
+def test_only_errors_of_a_stream_gone_are_swallowed():
+    assert is_gone(BrokenPipeError(32, "Broken pipe")) and is_gone(OSError(5, "I/O error"))
+    assert is_gone(ValueError("I/O operation on closed file."))
+    assert not is_gone(BlockingIOError(11, "Resource temporarily unavailable"))
+    assert not is_gone(UnicodeEncodeError("ascii", "é", 0, 1, "no"))
+    assert not is_gone(OSError(28, "No space left on device"))
+    ascii_only = Console(io.TextIOWrapper(io.BytesIO(), encoding="ascii"), "stdout")
+    with pytest.raises(UnicodeEncodeError):
+        ascii_only.write("é")
+    assert not ascii_only.gone
+
+
+def test_a_progress_line_has_what_the_bar_shows():
+    line = progress_line("Epoch 2/10", 117, 235, 5.0, {"loss": 0.512, "test/acc": 0.871})
+    assert line == "Epoch 2/10: 117/235 steps in 00:05 (23.4 steps/s), loss=0.512, test/acc=0.871"
+    assert progress_line("Epoch 1", 3, None, 0.0, {}) == "Epoch 1: 3 steps in 00:00"
+    assert not is_terminal(io.StringIO()) and not is_terminal(object())
+
+
+def test_a_hang_up_stops_the_run_as_sigterm_does():
+    """A closed terminal's SIGHUP: ``Interrupted`` outside Lightning's training (exit 129);
+    while Lightning trains, handed to its SIGTERM handling, which stops after the step."""
+    before = signal.getsignal(signal.SIGHUP)
+    with sigterm_interrupts(), pytest.raises(Interrupted, match="^interrupted by SIGHUP$") as err:
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(1)
+    assert err.value.exit_code == 129
+    lightnings = []
+    with sigterm_interrupts():
+        signal.signal(signal.SIGTERM, lambda signum, frame: lightnings.append(signum))
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(0.1)
+        assert lightnings == [signal.SIGTERM]
+        assert stop_signal(signal.SIGTERM) == signal.SIGHUP
+    assert signal.getsignal(signal.SIGHUP) == before
+
+
+def wait_for(proc, ready) -> None:
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+
+
+@pytest.mark.subprocess
+def test_a_run_piped_into_head_completes_with_its_lines_in_train_log(tmp_path):
+    """``python train.py ... | head -1``: the reader goes after the first line."""
+    proc = start_script("train.py", *RUN, cwd=tmp_path, lines=(1, None))
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert stdout.count("\n") == 1 and "strategy=single" in stdout
+    assert "Traceback" not in stderr and "Logging error" not in stderr, stderr[-3000:]
+    assert record(tmp_path)["status"] == "completed" and record(tmp_path)["epochs"] == 2
+    log = train_log(tmp_path)
+    assert "stdout is gone (BrokenPipeError: [Errno 32] Broken pipe): the run goes on" in log
+    assert "strategy=single" in log and "Epoch 1/2: 4/4 steps" in log and "Epoch 2/2: 4/4" in log
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_console_gone_with_a_signal_leaves_the_run_interrupted(signum, tmp_path):
+    """The parent dies (its process group gets SIGTERM; the speedrun whose parent died had
+    been recorded ``failed``: BrokenPipeError), or the terminal is closed (its jobs get
+    SIGHUP): the readers of stdout and stderr go, then the signal comes."""
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    every_step = "callbacks.progress_bar.lines_every_s=0"  # stdout is written at every step
+    overrides = [*RUN, "data.num_train=1024", *slow, "+callbacks.slow.seconds=0.2", every_step]
+    proc = start_script("train.py", *overrides, cwd=tmp_path, env=PROBES_ENV)
+    checkpoint = tmp_path / "outputs" / "run" / "checkpoints" / "last.ckpt"
+    wait_for(proc, checkpoint.exists)  # epoch 2's 16 steps take 3 s or more
+    proc.close_outputs()
+    wait_for(proc, lambda: "stdout is gone" in train_log(tmp_path))  # a step's line
+    proc.send_signal(signum)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum
+    ended = record(tmp_path)
+    assert ended["status"] == "interrupted" and ended["epochs"] == 1, ended
+    assert ended[
+        "reason"
+    ] == f"interrupted by {signum.name}; resume with ckpt_path={checkpoint} " + (
+        "(or ckpt_path=latest)"
+    )
+    assert "Traceback" not in train_log(tmp_path)
+
+
+@pytest.mark.subprocess
+def test_progress_written_to_a_pipe_is_lines(tmp_path):
+    """A GPU job's log, Slurm's, ``| tee``: lines, never a bar's frames."""
+    every_step = "callbacks.progress_bar.lines_every_s=0"
+    result = run_script("train.py", *RUN, every_step, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "\r" not in result.stdout + result.stderr
+    progress = [line for line in result.stdout.splitlines() if "] - Epoch " in line]
+    assert [line.split("] - ")[1].split(" steps")[0] for line in progress] == [
+        *("Epoch 1/2: 1/4", "Epoch 1/2: 2/4", "Epoch 1/2: 3/4", "Epoch 1/2: 4/4"),
+        *("Epoch 2/2: 1/4", "Epoch 2/2: 2/4", "Epoch 2/2: 3/4", "Epoch 2/2: 4/4"),
+    ]
+    assert "loss=" in progress[-1] and "test/acc=" in progress[-1]
+    assert progress == [line for line in train_log(tmp_path).splitlines() if "] - Epoch " in line]
