@@ -1,6 +1,7 @@
 """Lightning callbacks: checkpoints, the epoch history, timers and the step phases' timer (its
-clock is ``multigpu.models.phases``), the divergence stop, the progress bar, TensorBoard's
-logger, HParams and figures.
+clock is ``multigpu.models.phases``), the divergence stop, the progress bar and the loss it
+shows, TensorBoard's logger, HParams and figures, and the count of host-device
+synchronisations.
 
 The callbacks are imported on first use (``multigpu.callbacks.LastCheckpoint``), not with the
 package, so that what imports one of them loads only that one."""
@@ -11,9 +12,11 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from multigpu.callbacks.bar_loss import BarLoss
     from multigpu.callbacks.divergence import DivergenceGuard
     from multigpu.callbacks.epoch_history import EpochHistory
     from multigpu.callbacks.epoch_timer import EpochTimer
+    from multigpu.callbacks.host_syncs import HostSyncCounter
     from multigpu.callbacks.hparams import HParamsSummary
     from multigpu.callbacks.last_checkpoint import LastCheckpoint
     from multigpu.callbacks.phase_timer import PhaseTimer
@@ -22,10 +25,12 @@ if TYPE_CHECKING:
 
 # Each callback, and the module that defines it.
 MODULES = {
+    "BarLoss": "bar_loss",
     "DivergenceGuard": "divergence",
     "EpochHistory": "epoch_history",
     "EpochTimer": "epoch_timer",
     "HParamsSummary": "hparams",
+    "HostSyncCounter": "host_syncs",
     "LastCheckpoint": "last_checkpoint",
     "PhaseTimer": "phase_timer",
     "ProgressBar": "progress",
@@ -33,10 +38,12 @@ MODULES = {
 }
 
 __all__ = [
+    "BarLoss",
     "DivergenceGuard",
     "EpochHistory",
     "EpochTimer",
     "HParamsSummary",
+    "HostSyncCounter",
     "LastCheckpoint",
     "PhaseTimer",
     "ProgressBar",

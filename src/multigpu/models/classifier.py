@@ -16,6 +16,8 @@ from typing_extensions import override
 
 from multigpu.config.names import SCHEDULER_EPOCH_KEYS, Decayed, SchedulerInterval
 from multigpu.config.settings import plain
+from multigpu.models.compiled import compile_network, eager
+from multigpu.models.metrics import SampleMean
 from multigpu.models.phases import phase
 
 Network = Callable[[Tensor], Tensor]
@@ -67,9 +69,12 @@ class ImageClassifier(LightningModule):
         )
         self.net = instantiate(net)
         num_classes = net.get("num_classes", 10)
-        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        # Our own logits and labels: no checks on every update (validate_args), some of which
+        # read values back to the host (torch.unique) and so wait for the device.
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
+        self.train_loss = SampleMean()
 
     def prepare_network(self, net: nn.Module) -> None:
         """Memory format and compilation, in place: for the module's network and for every
@@ -77,7 +82,7 @@ class ImageClassifier(LightningModule):
         if self.channels_last:
             net.to(memory_format=torch.channels_last)
         if self.compile_options is not None:
-            net.compile(**self.compile_options)
+            compile_network(net, self.compile_options)
 
     @override
     def configure_model(self) -> None:
@@ -91,7 +96,8 @@ class ImageClassifier(LightningModule):
 
     @override
     def forward(self, images: Tensor) -> Tensor:
-        return self.net(self.layout(images))
+        """Inference (evaluation, ``eval.py``): eagerly, also when training is compiled."""
+        return eager(self.net, self.layout(images))
 
     @override
     def on_train_epoch_start(self) -> None:
@@ -109,19 +115,12 @@ class ImageClassifier(LightningModule):
         with phase("forward"):
             logits = (network or self.net)(self.layout(images))
         loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
-        self.train_acc.update(logits.detach(), labels)  # computed once, at the epoch's end
-        batch_size = labels.numel()
-        self.log(
-            "train/loss",
-            loss.detach(),
-            on_step=False,
-            on_epoch=True,
-            sync_dist=True,
-            batch_size=batch_size,
-        )
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=batch_size)
-        self.log("loss", loss.detach(), prog_bar=True, logger=False)  # this step's, in the bar
-        return loss
+        self.train_loss.update(loss, labels.numel())  # on the device; computed at the epoch's end
+        self.train_acc.update(logits.detach(), labels)
+        if batch_idx == 0:  # the metrics themselves: a log per step would cost more than them
+            self.log("train/loss", self.train_loss, on_step=False, on_epoch=True)
+            self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
+        return loss  # the progress bar's loss: read by multigpu.callbacks.BarLoss when it redraws
 
     def evaluate(self, batch: tuple[Tensor, Tensor], split: str) -> Tensor:
         """The one inference path over a test or validation batch (``eval.py`` and the test

@@ -18,20 +18,23 @@ import torch
 import torch.distributed as dist
 from lightning_fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
-from pytorch_lightning.callbacks import Checkpoint
+from pytorch_lightning.callbacks import Checkpoint, ProgressBar
 from pytorch_lightning.strategies import SingleDeviceStrategy, Strategy
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from multigpu.callbacks import (
+    BarLoss,
     DivergenceGuard,
     EpochHistory,
     EpochTimer,
     HParamsSummary,
     PhaseTimer,
 )
-from multigpu.callbacks.interrupts import after_training_notice
+from multigpu.callbacks.interrupts import after_training_notice, stop_signal
+from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
 from multigpu.config.launch import requeue_on_warning, slurm_started
+from multigpu.config.schema import Top
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.admission import Admission
@@ -80,6 +83,7 @@ def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
     data = plain(node)
     data.pop("batch_size_per_device", None)  # already applied: run.batch_size
     data["batch_size"] = run.process_batch_size
+    data["num_workers"], data["pin_memory"] = run.num_workers, run.pin_memory  # the machine's
     return build(data)
 
 
@@ -132,11 +136,11 @@ COLLECTIVE_FAILURES = (
 
 
 def signal_of_loader_workers(error: RuntimeError) -> signal.Signals | None:
-    """The signal that ended the data loader's workers, when that is the error: a SIGTERM or
-    SIGINT sent to the whole process group reaches them too, and their death is reported
+    """The signal that ended the data loader's workers, when that is the error: a SIGTERM,
+    SIGINT or SIGHUP sent to the whole process group reaches them too, and their death is reported
     before this process's own handler stops the run."""
     found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: (\w+)", str(error))
-    names = {"Terminated": signal.SIGTERM, "Interrupt": signal.SIGINT}
+    names = {"Terminated": signal.SIGTERM, "Interrupt": signal.SIGINT, "Hangup": signal.SIGHUP}
     return names.get(found[1]) if found else None
 
 
@@ -173,6 +177,8 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
     run, ckpt_path = admission.run, admission.ckpt_path
     quiet()
+    matmul_precision = cfg.get("float32_matmul_precision", Top.float32_matmul_precision)
+    torch.set_float32_matmul_precision(matmul_precision)  # before the device is set up
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
     strategy = build_strategy(cfg.strategy, run)
@@ -188,6 +194,8 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
     if cfg.get("phases"):
         callbacks.append(PhaseTimer(output_dir / "phases.json"))
+    # No bar configured: no bar, not Lightning's own (redrawn, reading the loss, every step).
+    bar = cfg.trainer.get("enable_progress_bar", any(isinstance(c, ProgressBar) for c in callbacks))
     trainer = build_trainer(
         cfg.trainer,
         accelerator=run.accelerator,
@@ -196,14 +204,17 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         precision=run.precision,
         strategy=strategy,
         callbacks=[
+            EveryProcess(matmul_precision, cfg.data.get("pipeline", "torchvision")),
             EpochTimer(),
             EpochHistory(record),
             DivergenceGuard(cfg.check_finite_every_n_steps, output_dir / "checkpoints"),
             HParamsSummary(record),
+            *([BarLoss()] if bar else []),  # before the bar, which shows the loss it reads
             *callbacks,
         ],
         plugins=plugins(run, checkpoint_io),
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
+        enable_progress_bar=bar,
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
         logger=build(cfg.logger) if cfg.get("logger") else False,
     )
@@ -213,7 +224,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and to SIGTERM (SIGTERMException)
         if not trainer.interrupted:
             raise
-        signum = signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        signum = stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
         if trainer.fit_loop.done:  # every epoch ran and its checkpoint is written
             skipped = "the end-of-training work (test figures)"
             print(after_training_notice(signum.name, skipped), file=sys.stderr)

@@ -59,7 +59,11 @@ def time_steps(step: Callable[[int], None], args: argparse.Namespace, device) ->
 class StepTimer(Callback):
     """Clock starts when step ``warmup`` ends and stops when the run's last step ends; rank 0
     writes ``{images_per_s, timed_steps, batch, seconds, peak_rss_mb, peak_gpu_mb}`` to
-    ``path``."""
+    ``path``.
+
+    The clock is read (on CUDA, once the device has done its queued work) only at those two
+    steps, as the plain loop's is: a read at every step would make the host wait for the
+    device at every step, and time a slower loop than the one users run."""
 
     def __init__(self, path: str, warmup: int, global_batch: int):
         self.path = Path(path)
@@ -72,16 +76,18 @@ class StepTimer(Callback):
     @override
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, *args) -> None:
         step = trainer.global_step
-        if step < self.warmup:
-            return
-        now = device_now(pl_module.device)
         if step == self.warmup:
-            self._start = now
-        else:
-            self._steps, self._end = step - self.warmup, now
+            self._start = device_now(pl_module.device)
+        elif step > self.warmup and step == trainer.max_steps:
+            self._stop(trainer, pl_module)
+
+    def _stop(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._steps, self._end = trainer.global_step - self.warmup, device_now(pl_module.device)
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if self._start is not None and not self._steps and trainer.global_step > self.warmup:
+            self._stop(trainer, pl_module)  # ended before max_steps: the epoch's end counts
         if not trainer.is_global_zero:
             return
         result: dict[str, Any] = {"timed_steps": self._steps, "batch": self.global_batch}

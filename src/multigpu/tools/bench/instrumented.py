@@ -1,0 +1,69 @@
+"""A run of ``train.py`` as users start it, with one measuring callback more, whose JSON result
+the tools print: ``python -m multigpu.tools.bench.host_syncs``, ``...overhead``.
+
+The run is a real ``python train.py`` (its checks, its strategy's processes: DDP relaunches
+``train.py``, not the tool), in a folder of its own; the tool adds its defaults where the
+command line does not set the same key, so any of them can be overridden.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from multigpu.tools.bench.__main__ import REPO, last_line
+
+RESULT = "result.json"
+
+
+def key_of(override: str) -> str:
+    """The key an override sets: ``+trainer.max_steps=3`` and ``~logger`` set ``trainer.max_steps``
+    and ``logger``."""
+    return override.split("=", 1)[0].lstrip("+~")
+
+
+def with_defaults(overrides: list[str], defaults: list[str]) -> list[str]:
+    """``defaults`` whose keys ``overrides`` leave alone, then ``overrides``."""
+    given = {key_of(o) for o in overrides}
+    return [d for d in defaults if key_of(d) not in given] + overrides
+
+
+def callback_overrides(target: str, params: dict[str, Any], path: Path) -> list[str]:
+    """The callback as a Hydra config node ``callbacks.measure``, writing its result to
+    ``path``."""
+    node = {"_target_": target, "path": str(path), **params}
+    return [f"+callbacks.measure.{key}={json.dumps(value)}" for key, value in node.items()]
+
+
+def run_measured(
+    target: str,
+    params: dict[str, Any],
+    overrides: list[str],
+    out: Path | None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """``python train.py <overrides>`` with the callback ``target(**params)``, in ``out`` (a
+    temporary folder when None), in ``env`` (default: this one); the callback's result. A run
+    that fails raises ``RuntimeError`` with its last line (its log is ``train.out`` in
+    ``out``)."""
+    with tempfile.TemporaryDirectory(prefix="measured-") as temporary:
+        folder = Path(out or temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        result = folder / RESULT
+        result.unlink(missing_ok=True)
+        command = [
+            sys.executable,
+            str(REPO / "train.py"),
+            *with_defaults(overrides, [f"hydra.run.dir={folder / 'run'}"]),
+            *callback_overrides(target, params, result),
+        ]
+        log = folder / "train.out"
+        with log.open("w") as sink:
+            done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        if done.returncode != 0 or not result.is_file():
+            raise RuntimeError(last_line(log, done.returncode))
+        return json.loads(result.read_text())
