@@ -1,29 +1,35 @@
 """The GPU acceptance's dry run on the CPU (``scripts/gpu_acceptance.sh all --cpu``): the same
-command a GPU machine runs, every step but CUDA, so it cannot rot while no GPU is at hand."""
+command a GPU machine runs, every step but CUDA, so it cannot rot while no GPU is at hand; and
+what it keeps when a step meets its cap or the whole command is killed."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_DATA
-from test_gpu import STRATEGIES
+from gpu_commands import STRATEGIES
 
 pytestmark = pytest.mark.subprocess
 
 
+def environment() -> dict[str, str]:
+    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
+    return {**os.environ, "MULTIGPU_DATA": str(SHARED_DATA), "PATH": path}
+
+
 def acceptance(out: Path, *args: str, timeout: float) -> str:
     """``scripts/gpu_acceptance.sh args`` as a user types it, writing into ``out``; its report."""
-    path = f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "OUT": str(out), "MULTIGPU_DATA": str(SHARED_DATA), "PATH": path}
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "gpu_acceptance.sh"), *args],
-        env=env,
+        env={**environment(), "OUT": str(out)},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -32,6 +38,60 @@ def acceptance(out: Path, *args: str, timeout: float) -> str:
     report = (out / "gpu.md").read_text()
     assert report.startswith("# GPU acceptance (CPU dry run)")
     return report
+
+
+def start(out: Path, *args: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "multigpu.tools.acceptance", "--cpu", "--out", str(out)]
+    return subprocess.Popen([*command, *args], cwd=REPO, env=environment(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)  # fmt: skip
+
+
+def steps_of(out: Path) -> dict[str, dict]:
+    found = out / "gpu.json"
+    try:
+        return {s["name"]: s for s in json.loads(found.read_text())["steps"]}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def test_a_killed_acceptance_keeps_the_steps_it_finished(tmp_path):
+    """Killed (SIGKILL, as a lent machine's time limit does) once the first speedrun seed has
+    finished: ``gpu.md`` holds that seed's figures and names the others unfinished."""
+    process = start(tmp_path, "speedrun")
+    deadline = time.monotonic() + 240
+    while steps_of(tmp_path).get("speedrun seed 0", {}).get("status") != "finished":
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the first seed did not finish in 240 s"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    report = (tmp_path / "gpu.md").read_text()
+    record = json.loads((tmp_path / "speedrun" / "seed_0" / "metrics.json").read_text())
+    assert re.search(rf"^\| 0 \| {record['test_acc']:.4f} \|", report, re.M), report
+    assert "| speedrun seed 1 | UNFINISHED: the command stopped while this step ran |" in report
+    assert "| speedrun seed 2 | NOT RUN: the command stopped before it |" in report
+    assert "| speedrun_gpu | UNFINISHED: not every seed ran" in report
+
+
+def test_a_step_past_its_cap_is_cut_and_the_rest_still_run(tmp_path):
+    """A cap of a second: each seed is stopped (SIGTERM to its process group), reported as
+    cut at its cap, and the acceptance goes on to the next and fails at the end."""
+    process = start(tmp_path, "speedrun", "--cap-scale", str(1 / 60))
+    stdout, stderr = process.communicate(timeout=240)
+    assert process.returncode == 1, stderr[-2000:]
+    steps = steps_of(tmp_path)
+    assert [steps[f"speedrun seed {s}"]["status"] for s in range(3)] == ["capped"] * 3
+    assert all(steps[f"speedrun seed {s}"]["seconds"] < 20 for s in range(3))
+    assert "FAIL: cut at its cap of 1 s (see speedrun_seed_0.log)" in stdout
+
+
+def test_the_budget_skips_what_it_cannot_fit(tmp_path):
+    process = start(tmp_path, "bench", "speedrun", "--budget", "1")
+    stdout, _ = process.communicate(timeout=120)
+    assert process.returncode == 1
+    assert set(s["status"] for s in steps_of(tmp_path).values()) == {"skipped"}
+    assert "NOT RUN: the budget was spent before it" in stdout
 
 
 @pytest.mark.slow
@@ -43,21 +103,23 @@ def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
 
 @pytest.mark.slow
 def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
-    report = acceptance(tmp_path, "all", "--cpu", timeout=600)
+    report = acceptance(tmp_path, "all", "--cpu", timeout=900)
     # Every gpu test was collected, and skipped for want of CUDA, with the reason.
     skipped = re.findall(
         r"^\| (test_\w+(?:\[[^\]]*\])?) \| skipped: needs a CUDA GPU", report, re.M
     )
     assert len(skipped) == 2 * len(STRATEGIES) + 2 * len(STRATEGIES) + 3  # + phases on CUDA
     assert "| gpu tests | pass (0 passed, 0 failed," in report
-    # Both whole-epoch configurations ran and were measured.
+    # Both whole-epoch configurations ran and were measured; the loader alone and the host
+    # synchronisations too.
     for name in ("epoch_d2l", "epoch_fast"):
         row = re.search(rf"^\| {name} \| (\d+) \| ([\d.]+) \|", report, re.M)
         assert row and float(row[2]) > 0, report
-    bench = json.loads((tmp_path / "bench" / "bench.json").read_text())
-    epochs = {r["name"]: r for r in bench["configurations"]}
-    assert set(epochs) == {"epoch_d2l", "epoch_fast"}
-    assert all(0 <= r["test_acc"] <= 1 and r["epoch_s"] > 0 for r in epochs.values())
+        bench = json.loads((tmp_path / name / "bench.json").read_text())
+        (epochs,) = bench["configurations"]
+        assert 0 <= epochs["test_acc"] <= 1 and epochs["epoch_s"] > 0
+    assert re.search(r"^\| loader_d2l \| the (loader|step) limits the epoch", report, re.M)
+    assert re.search(r"^\| host_syncs \| ran \(0 in \d+ steady steps, besides", report, re.M)
     assert (tmp_path / "junit.xml").is_file()
     # The speedrun ran once per seed, each seed's record read back into the report.
     assert "| speedrun_gpu | ran (mean test acc " in report

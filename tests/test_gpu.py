@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from conftest import compose_config, run_script
+from gpu_commands import EXACT, ON_GPU, SMALL, SPEED, STRATEGIES, SYNTHETIC, TWO_REPLICAS
 
 from multigpu.run.training import train
 from multigpu.storage.checkpoint import load_checkpoint, network_state
@@ -23,37 +24,6 @@ pytestmark = [
         not torch.cuda.is_available(),
         reason="needs a CUDA GPU: python -m multigpu.tools.acceptance runs these on one",
     ),
-]
-
-STRATEGIES = {
-    "single": ["strategy=single"],
-    "dp": ["strategy=dp", "trainer.devices=1"],
-    "scatter_allreduce": ["strategy=scatter_allreduce", "trainer.devices=[0,0]"],
-    "ddp": ["strategy=ddp", "trainer.devices=1"],
-}
-ON_GPU = [
-    "model.net.width=8",
-    "trainer.max_epochs=1",
-    "trainer.accelerator=gpu",
-    "data.batch_size=64",
-    "callbacks.progress_bar=null",
-]
-SMALL = [*ON_GPU, "data=synthetic", "data.num_train=256", "data.num_test=64"]
-# The same optimisation, step for step, on the full batch or split (test_strategies' recipe).
-SYNTHETIC = ["data=synthetic", "data.num_train=80", "data.num_test=32"]
-EXACT = [
-    "data.batch_size=32",
-    "data.shuffle=false",
-    "data.num_workers=0",
-    "model.net.width=4",
-    "model.net.norm=none",
-    "model.net.init_std=null",
-    "model.optimizer.lr=0.05",
-    "model.optimizer.momentum=0.9",
-    "trainer.accelerator=gpu",
-    "trainer.max_epochs=1",
-    "+trainer.deterministic=true",
-    "callbacks.progress_bar=null",
 ]
 
 
@@ -95,8 +65,7 @@ def test_two_replicas_on_one_gpu_equal_one_device(tmp_path):
     only in how the batch's gradient is summed (one convolution over 32 samples, or two over 16
     then an add): relative differences of about 1e-6 per step, over 3 steps with momentum."""
     single = final_weights(tmp_path, "single", *SYNTHETIC, "strategy=single")
-    two = ["strategy=scatter_allreduce", "trainer.devices=[0,0]"]
-    split = final_weights(tmp_path, "split", *SYNTHETIC, *two)
+    split = final_weights(tmp_path, "split", *SYNTHETIC, *TWO_REPLICAS)
     for name, expected in single.items():
         torch.testing.assert_close(split[name], expected, rtol=1e-4, atol=1e-5, msg=name)
 
@@ -124,9 +93,7 @@ def test_channels_last_and_compile_under_every_strategy(strategy, tmp_path):
         tmp_path,
         *SMALL,
         *STRATEGIES[strategy],
-        "model.channels_last=true",
-        "model.compile=true",
-        "trainer.precision=bf16-mixed",
+        *SPEED,
     )
     assert recorded["status"] == "completed" and recorded["epochs"] == 1
 

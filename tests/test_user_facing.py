@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -15,6 +17,7 @@ from conftest import TINY, run_script
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
+from multigpu.callbacks.process_setup import quiet_loader_workers
 from multigpu.callbacks.progress import ProgressBar, epoch_description
 from multigpu.callbacks.tensorboard_logger import EpochTensorBoardLogger, tensorboard_value
 from multigpu.config.job_names import job_folder_name, short_names, swept_keys
@@ -155,6 +158,87 @@ def test_quiet_drops_only_the_noise(caplog):
         for message in kept:
             lightning.info(message)
     assert [r.getMessage() for r in caplog.records] == kept
+    caplog.clear()
+    fabric = logging.getLogger("lightning_fabric.utilities.rank_zero")
+    cuda = logging.getLogger("pytorch_lightning.accelerators.cuda")
+    with caplog.at_level(logging.INFO):  # what float32_matmul_precision already decides
+        fabric.info("You are using a CUDA device ('NVIDIA H100') that has Tensor Cores. To ...")
+        cuda.info("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]")  # the run's first line says
+    assert not caplog.records
+
+
+WORKERS_HINT = (
+    "The 'train_dataloader' does not have many workers which may be a bottleneck. Consider "
+    "increasing the value of the `num_workers` argument` to `num_workers=15` in the `DataLoader`"
+)
+
+
+@pytest.mark.parametrize("pipeline,shown", [("memory", False), ("torchvision", True)])
+def test_the_workers_hint_is_left_out_for_the_pipeline_without_workers(pipeline, shown):
+    from pytorch_lightning.utilities.warnings import PossibleUserWarning
+
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        quiet_loader_workers(pipeline)
+        warnings.warn(WORKERS_HINT, PossibleUserWarning, stacklevel=1)
+    assert bool(warned) == shown
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("pipeline,hinted", [("memory", False), ("torchvision", True)])
+def test_a_run_applies_its_matmul_precision_and_hints_workers_only_where_they_exist(
+    pipeline, hinted, tmp_path
+):
+    """On a 16-core machine (as Lightning sees it), a run with no loader workers hears the hint
+    to raise them only where there are workers to raise; the run's float32 matmul precision is
+    torch's while it trains, and in its record."""
+    probes = str(Path(__file__).resolve().parent)
+    result = run_script(
+        "train.py",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        "data.batch_size=32",
+        f"data.pipeline={pipeline}",
+        "float32_matmul_precision=medium",
+        "+callbacks.cores._target_=probes.ManyCores",
+        "+callbacks.cores.cores=16",
+        "+callbacks.probe._target_=probes.MatmulPrecisionProbe",
+        f"+callbacks.probe.path={tmp_path / 'precision'}",
+        "hydra.run.dir=outputs/run",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join([probes, os.environ.get("PYTHONPATH", "")])},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert ("does not have many workers" in result.stderr) == hinted, result.stderr[-3000:]
+    assert (tmp_path / "precision").read_text() == "medium"
+    record = json.loads((tmp_path / "outputs" / "run" / "metrics.json").read_text())
+    assert record["settings"]["float32_matmul_precision"] == "medium"
+
+
+@DISTRIBUTED
+@pytest.mark.subprocess
+def test_spawned_ddp_workers_compute_with_the_runs_matmul_precision(tmp_path):
+    """A spawned process starts with torch's default (``highest``): the run sets its own."""
+    probes = str(Path(__file__).resolve().parent)
+    result = run_script(
+        "train.py",
+        *TINY,
+        "strategy=ddp_spawn",
+        "trainer.devices=2",
+        "data=synthetic",
+        "data.num_train=128",
+        "data.num_test=64",
+        "data.batch_size=64",
+        "float32_matmul_precision=medium",
+        "+callbacks.probe._target_=probes.MatmulPrecisionProbe",
+        f"+callbacks.probe.path={tmp_path / 'precision'}",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join([probes, os.environ.get("PYTHONPATH", "")])},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "precision").read_text() == "medium"
 
 
 def test_closing_lines_say_how_the_run_did_and_where_it_is(tmp_path, monkeypatch):
@@ -214,6 +298,7 @@ def test_a_run_ends_with_its_summary_and_no_noise(tmp_path, layout):
         "data.batch_size=32",
         "trainer.max_epochs=2",
         "hydra.run.dir=outputs/run",
+        "callbacks.progress_bar.lines=false",  # the bar, as a terminal shows it
         cwd=tmp_path,
         cold="strategy=single" in layout,  # what imports print too (DDP's rank 1 starts cold)
     )
@@ -272,7 +357,7 @@ def fit_with_progress_bar(capsys, module) -> tuple[str, Exception | None]:
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
-        callbacks=[ProgressBar()],
+        callbacks=[ProgressBar(lines=False)],  # the bar, as on a terminal
     )
     error = None
     try:

@@ -28,6 +28,7 @@ EPOCH_KEYS = {
     "val_acc": "val/acc",
     "lr": "train/lr",
     "epoch_s": "time/epoch_s",
+    "compile_s": "time/compile_s",
     "samples_per_s": "throughput/samples_per_s",
     "peak_gpu_mb": "memory/peak_gpu_mb",
 }

@@ -200,8 +200,13 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "devices_float": (["trainer.devices=1.5"], "trainer.devices=1.5 must be a count or a list"),
     "devices_null": (["trainer.devices=null"], "trainer.devices=null must be a count or a list"),
     "devices_twice": (
-        ["strategy=scatter_allreduce", "trainer.devices=[0,0]"],
-        "trainer.devices=[0, 0] names device 0 twice",
+        ["strategy=ddp", "trainer.devices=[0,0]"],
+        "trainer.devices=[0, 0] names device 0 twice, which strategy=ddp cannot share",
+    ),
+    "devices_twice_dp": (
+        ["strategy=dp", "trainer.devices=[1,1]"],
+        "names device 1 twice, which strategy=dp cannot share: list each device once (several "
+        "replicas on one device: strategy=scatter_allreduce)",
     ),
     "devices_huge": (["trainer.devices=10000000000"], "is more devices than any machine has"),
     # Several machines without anything to start the others' processes.
@@ -234,6 +239,14 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "weight_decay_on_unknown": (
         ["model.weight_decay_on=norms"],
         "model.weight_decay_on='norms' is not known: use one of all, weights",
+    ),
+    "float32_matmul_precision_unknown": (
+        ["float32_matmul_precision=tf32"],
+        "float32_matmul_precision='tf32' is not known: use one of highest, high, medium",
+    ),
+    "float32_matmul_precision_not_a_name": (
+        ["float32_matmul_precision=32"],
+        "float32_matmul_precision=32 must be a name, e.g. float32_matmul_precision=high",
     ),
     "label_smoothing_one": (
         ["model.label_smoothing=1.0"],

@@ -13,12 +13,14 @@ LrRule = Literal["none", "linear"]  # model.lr_scaling.rule
 StartMethod = Literal["auto", "popen", "spawn"]  # strategy.start_method (ddp)
 SchedulerInterval = Literal["epoch", "step"]  # model.scheduler_interval
 Decayed = Literal["all", "weights"]  # model.weight_decay_on
+MatmulPrecision = Literal["highest", "high", "medium"]  # float32_matmul_precision
 NORMS: tuple[Norm, ...] = get_args(Norm)
 PIPELINES: tuple[Pipeline, ...] = get_args(Pipeline)
 LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
 START_METHODS: tuple[StartMethod, ...] = get_args(StartMethod)
 SCHEDULER_INTERVALS: tuple[SchedulerInterval, ...] = get_args(SchedulerInterval)
 DECAYED: tuple[Decayed, ...] = get_args(Decayed)
+MATMUL_PRECISIONS: tuple[MatmulPrecision, ...] = get_args(MatmulPrecision)
 # trainer.precision: what runs on the CPU, and what needs CUDA (fp16 autocast, fp16 weights).
 CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 CUDA_PRECISIONS = (*CPU_PRECISIONS, "16-mixed", "16-true")
@@ -45,7 +47,7 @@ SCHEDULER_EPOCH_KEYS = {STEP_LR: ("step_size",), COSINE: ("T_max",)}
 # by the settings (the data module gets the batch it computes).
 DATA_KEYS = (
     *("batch_size", "num_workers", "seed", "train_subset", "test_subset", "val_size"),
-    *("pin_memory", "shuffle", "pipeline", "augment", "crop_padding", "flip"),
+    *("pin_memory", "shuffle", "pipeline", "augment", "crop_padding", "flip", "drop_last"),
 )
 FASHION_MNIST = "multigpu.data.FashionMNISTDataModule"
 SYNTHETIC = "multigpu.data.SyntheticDataModule"

@@ -27,6 +27,7 @@ from multigpu.config.names import (
     STEP_LR,
     Decayed,
     LrRule,
+    MatmulPrecision,
     Norm,
     Pipeline,
     SchedulerInterval,
@@ -47,6 +48,7 @@ class Top:
     time_to_targets: list[float] = field(
         default_factory=lambda: [0.8, 0.85, 0.9, 0.92], metadata={"example": "[0.85,0.9]"}
     )
+    float32_matmul_precision: MatmulPrecision = "high"
 
 
 @dataclass
@@ -56,13 +58,14 @@ class Data:
     download: bool = True
     batch_size: int = 256
     batch_size_per_device: int | None = field(default=None, metadata={"example": 256})
-    num_workers: int = 2
+    num_workers: int | None = None
     pipeline: Pipeline = "torchvision"
     augment: bool = False
     crop_padding: int = 2
     flip: bool = True
-    pin_memory: bool = False
+    pin_memory: bool | None = None
     shuffle: bool = True
+    drop_last: bool = False
     normalize: bool | None = True
     train_subset: int | None = field(default=None, metadata={"example": 20000})
     test_subset: int | None = field(default=None, metadata={"example": 1000})
@@ -125,6 +128,17 @@ class Trainer:
     sync_batchnorm: bool = False
     log_every_n_steps: int = 50
     check_val_every_n_epoch: int | None = field(default=1, metadata={"example": 3})
+    # Lightning's other numbers (``+trainer.<name>``), at Lightning's defaults: a fraction where
+    # a whole count is meant would silently train otherwise (no step at all with
+    # accumulate_grad_batches=1.5). val_check_interval also takes a duration: Lightning checks it.
+    min_epochs: int | None = field(default=None, metadata={"example": 1})
+    min_steps: int | None = field(default=None, metadata={"example": 100})
+    fast_dev_run: bool | int = False
+    limit_test_batches: float = field(default=1.0, metadata={"example": 0.5})
+    limit_predict_batches: float = field(default=1.0, metadata={"example": 0.5})
+    overfit_batches: float = field(default=0.0, metadata={"example": 10})
+    accumulate_grad_batches: int = field(default=1, metadata={"example": 2})
+    reload_dataloaders_every_n_epochs: int = 0
 
 
 @dataclass

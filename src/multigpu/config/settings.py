@@ -75,6 +75,8 @@ PLACEMENTS = {
     "ddp": PER_DEVICE,
     "ddp_spawn": PER_DEVICE,
 }
+# The strategies that run several replicas on one device (``trainer.devices=[0,0]``).
+REPLICAS_ON_ONE_DEVICE = ("scatter_allreduce",)
 # Without any of these, no GPU driver is loaded, so torch would see no GPU either.
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
 MAX_SEED = 2**32 - 1  # what seed_everything accepts
@@ -135,6 +137,8 @@ class Run:
     max_epochs: int | None
     seed: int | None
     data: str  # the ``data`` group's option
+    num_workers: int = 0  # loader processes of each training process (``loader_defaults``)
+    pin_memory: bool = False  # page-locked host batches, copied to the GPU asynchronously
 
     @property
     def placement(self) -> str:
@@ -223,9 +227,12 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     batch_size = global_batch(data, len(ids) * num_nodes)
     check_batch_divides(batch_size, processes)
     check_data(data, model["net"], choices)
+    check_whole_batches(data, batch_size, choices)
     lr = scaled_lr(model, batch_size)
     check_optimizer(model["optimizer"])
     check_schedule(model, trainer, lr)
+    per_node = len(ids) if placement == PER_DEVICE else 1
+    num_workers, pin_memory = loader_defaults(data, accelerator, machine.cpu_cores, per_node)
     return Run(
         strategy=strategy,
         accelerator=accelerator,
@@ -246,7 +253,27 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         max_epochs=trainer.get("max_epochs"),
         seed=tree.get("seed"),
         data=choices.get("data", "?"),
+        num_workers=num_workers,
+        pin_memory=pin_memory,
     )
+
+
+def loader_defaults(
+    data: Mapping[str, Any], accelerator: str, cores: int, processes: int
+) -> tuple[int, bool]:
+    """``data.num_workers`` and ``data.pin_memory``, or (null) what the machine calls for: the
+    in-memory pipeline has no loader processes to start; the torchvision pipeline gets the
+    cores each training process can spare (one left for its step), 2 to 8, and pinned batches
+    on CUDA, whose copies to the GPU then overlap the step. The d2l recipe on a 16-core GPU
+    machine thus decodes with 8 processes instead of a laptop's 2."""
+    memory = data.get("pipeline") == "memory"
+    workers = data.get("num_workers")
+    if workers is None:
+        workers = 0 if memory else min(8, max(2, cores // max(processes, 1) - 1))
+    pin = data.get("pin_memory")
+    if pin is None:
+        pin = accelerator == "cuda" and not memory
+    return workers, pin
 
 
 def resolve_hardware(trainer: Mapping[str, Any], machine: Machine) -> tuple[str, list[int], str]:
@@ -285,16 +312,21 @@ class Range:
     above: bool = False
     below: bool = False
     also: tuple[int, ...] = ()
+    whole_above_one: bool = False  # Lightning's batch counts: a fraction up to 1, else whole
 
     def holds(self, value: float) -> bool:
         low = value > self.least if self.above else value >= self.least
         high = value < self.most if self.below else value <= self.most
-        return value in self.also or (low and high)
+        whole = not self.whole_above_one or value <= 1 or value % 1 == 0
+        return value in self.also or (low and high and whole)
 
 
 POSITIVE = Range("a positive integer", 1)
 NO_LIMIT = Range("-1 (no limit) or more than 0", 1, also=(-1,))
 SUBSET = Range("a positive integer (or null: every image)", 1)
+BATCHES = Range(
+    "0 or more (a whole number of batches, or a fraction up to 1.0)", 0, whole_above_one=True
+)
 SYNTHETIC_COUNT = Range(
     f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)", 1, MAX_SYNTHETIC
 )
@@ -327,21 +359,49 @@ RANGES: dict[str, Range] = {
     "model.optimizer.weight_decay": Range("0 or more", 0),
     "model.lr_scaling.base_batch": POSITIVE,
     "model.lr_scaling.warmup_epochs": Range("0 or more", 0),
+    # Every number Lightning's Trainer takes (tests/test_validation_generated.py holds the
+    # table to Trainer's signature): what it refuses only once built, or mid-run, or not at all.
     "trainer.num_nodes": POSITIVE,
     "trainer.max_epochs": NO_LIMIT,
+    "trainer.min_epochs": Range("0 or more, or null", 0),
     "trainer.max_steps": NO_LIMIT,
+    "trainer.min_steps": Range("0 or more, or null", 0),
+    "trainer.fast_dev_run": Range("true, false or a number of batches (0 or more)", 0),
     "trainer.limit_train_batches": Range(
-        "more than 0 (batches per epoch, or a fraction of them up to 1.0): at 0 nothing trains",
+        "more than 0 (a whole number of batches per epoch, or a fraction of them up to 1.0): at "
+        "0 nothing trains",
         0,
         above=True,
+        whole_above_one=True,
     ),
     "trainer.limit_val_batches": Range(  # 0: no test set at all (the benchmark's steps)
-        "0 (no evaluation: no test accuracy) or more (batches, or a fraction up to 1.0)", 0
+        "0 (no evaluation: no test accuracy) or more (a whole number of batches, or a fraction "
+        "up to 1.0)",
+        0,
+        whole_above_one=True,
+    ),
+    "trainer.limit_test_batches": BATCHES,
+    "trainer.limit_predict_batches": BATCHES,
+    "trainer.overfit_batches": Range(
+        "0 (off) or more (a whole number of batches, or a fraction up to 1.0)",
+        0,
+        whole_above_one=True,
+    ),
+    "trainer.val_check_interval": Range(
+        "more than 0 (a whole number of batches, or a fraction of an epoch up to 1.0), or a "
+        "duration DD:HH:MM:SS",
+        0,
+        above=True,
+        whole_above_one=True,
     ),
     "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
     "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
     "trainer.log_every_n_steps": Range("1 or more", 1),
     "trainer.check_val_every_n_epoch": Range("1 or more", 1),
+    "trainer.accumulate_grad_batches": Range(
+        "1 or more (the batches whose gradients each optimizer step sums; 1: every batch)", 1
+    ),
+    "trainer.reload_dataloaders_every_n_epochs": Range("0 (never) or more", 0),
     "strategy.timeout_s": Range(
         f"positive, at most {MAX_TIMEOUT_S} (a week)", 0, MAX_TIMEOUT_S, above=True
     ),
@@ -664,9 +724,6 @@ def parse_devices(devices: Any, cuda_devices: int) -> list[int]:
         raise UserError(
             f"trainer.devices={ids} must list device ids >= 0 (below {MAX_DEVICES}), e.g. [0,1]"
         )
-    twice = next((i for i in ids if ids.count(i) > 1), None)
-    if twice is not None:
-        raise UserError(f"trainer.devices={ids} names device {twice} twice: list each device once")
     return ids
 
 
@@ -685,6 +742,7 @@ def check_placement(
     strategy: str, accelerator: str, devices: Any, ids: list[int], num_nodes: int, cores: int
 ) -> None:
     placement = PLACEMENTS[strategy]
+    check_replicas(strategy, ids)
     if placement != PER_DEVICE and num_nodes > 1:
         raise UserError(
             f"strategy={strategy} runs in one process on one machine, but "
@@ -706,6 +764,21 @@ def check_placement(
             f"trainer.devices={len(ids)} starts {len(ids)} DDP processes but this machine has "
             f"{cores} CPU cores: use trainer.devices<={cores}, or a GPU machine"
         )
+
+
+def check_replicas(strategy: str, ids: list[int]) -> None:
+    """A device listed twice holds two replicas: a feature of ``scatter_allreduce`` (its own
+    split, copy and reduce run any number of replicas on one GPU, the one way to exercise the
+    path on a one-GPU machine), a mistake elsewhere (DDP would start two processes on one GPU,
+    DataParallel broadcasts to each device once, ``single`` has one device)."""
+    twice = next((i for i in ids if ids.count(i) > 1), None)
+    if twice is None or strategy in REPLICAS_ON_ONE_DEVICE:
+        return
+    raise UserError(
+        f"trainer.devices={ids} names device {twice} twice, which strategy={strategy} cannot "
+        f"share: list each device once (several replicas on one device: "
+        f"strategy={' or '.join(REPLICAS_ON_ONE_DEVICE)})"
+    )
 
 
 def check_nodes_started(
@@ -913,6 +986,21 @@ def check_data(data: Mapping[str, Any], net: Mapping[str, Any], choices: Mapping
         raise UserError(
             f"model.net.in_channels={channels} but the images of {source} have "
             f"{IMAGE_CHANNELS} channel: set model.net.in_channels={IMAGE_CHANNELS}"
+        )
+
+
+def check_whole_batches(data: Mapping[str, Any], batch: int, choices: Mapping[str, str]) -> None:
+    """``data.drop_last`` trains on whole batches only: the training set must hold one."""
+    sizes = data_sizes(data)
+    if not data.get("drop_last") or sizes is None:
+        return
+    subset, val_size = data.get("train_subset"), data.get("val_size") or 0
+    images = (min(subset, sizes[0]) if subset is not None else sizes[0]) - val_size
+    if images < batch:
+        raise UserError(
+            f"data.drop_last=true with a global batch of {batch} leaves no training batch: "
+            f"data={choices.get('data', '?')} trains on {images} images; use a smaller "
+            "data.batch_size, or data.drop_last=false"
         )
 
 

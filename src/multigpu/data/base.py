@@ -60,6 +60,7 @@ class ImageDataModule(LightningDataModule):
     or ``memory`` (each split one tensor on the training device, batches cut by index); both
     give the same batches. ``augment`` adds a random crop after ``crop_padding`` pixels of
     padding and a horizontal flip, applied to whole training batches on their device.
+    ``drop_last`` trains on whole batches only (one shape for a compiled network).
     """
 
     def __init__(
@@ -76,6 +77,7 @@ class ImageDataModule(LightningDataModule):
         augment: bool = False,
         crop_padding: int = 2,
         flip: bool = True,
+        drop_last: bool = False,
     ):
         super().__init__()
         self.batch_size = batch_size
@@ -90,6 +92,7 @@ class ImageDataModule(LightningDataModule):
         self.augment = augment
         self.crop_padding = crop_padding
         self.flip = flip
+        self.drop_last = drop_last
         self._in_memory: dict[int, TensorImages] = {}
         self._augment_generator: tuple[int, torch.Generator] | None = None
         self.train_set: Dataset | None = None
@@ -115,7 +118,7 @@ class ImageDataModule(LightningDataModule):
         self.train_set = train
         self.test_set = seeded_subset(test, self.test_subset, self.seed)
 
-    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
+    def _loader(self, dataset: Dataset, shuffle: bool, drop_last: bool = False) -> DataLoader:
         """Every loader reads through a ``DistributedSampler`` made here, one process or many.
 
         Its order is a function of ``data.seed`` and the epoch, so ``data.shuffle`` and
@@ -130,7 +133,7 @@ class ImageDataModule(LightningDataModule):
         sampler.trainer = trainer
         if self.pipeline == "memory":
             held = self.in_memory(dataset)
-            batches = IndexBatches(sampler, self.batch_size, held.images.device)
+            batches = IndexBatches(sampler, self.batch_size, held.images.device, drop_last)
             return DataLoader(held, batch_size=None, sampler=batches)
         return DataLoader(
             dataset,
@@ -139,6 +142,7 @@ class ImageDataModule(LightningDataModule):
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
             pin_memory=self.pin_memory,
+            drop_last=drop_last,
         )
 
     def in_memory(self, dataset: Dataset, device: torch.device | None = None) -> TensorImages:
@@ -173,7 +177,7 @@ class ImageDataModule(LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=self.shuffle)
+        return self._loader(self.train_set, shuffle=self.shuffle, drop_last=self.drop_last)
 
     @override
     def val_dataloader(self) -> list[DataLoader]:

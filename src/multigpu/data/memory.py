@@ -46,16 +46,23 @@ class TensorImages(Dataset):
 
 class IndexBatches:
     """Batches of indices in ``sampler``'s order, cut on ``device``: the epoch's order crosses
-    to the GPU in one copy when the epoch starts, not one small copy per step."""
+    to the GPU in one copy when the epoch starts, not one small copy per step. ``drop_last``
+    leaves out the last batch when it is short, as ``DataLoader(drop_last=True)`` does."""
 
-    def __init__(self, sampler: Sampler[int], batch_size: int, device: torch.device):
+    def __init__(
+        self, sampler: Sampler[int], batch_size: int, device: torch.device, drop_last: bool = False
+    ):
         self.sampler, self.batch_size, self.device = sampler, batch_size, device
+        self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[Tensor]:
-        order = torch.tensor(list(self.sampler), dtype=torch.long).to(self.device)
+        order = list(self.sampler)[: len(self) * self.batch_size]
+        order = torch.tensor(order, dtype=torch.long).to(self.device)
         return iter(order.split(self.batch_size))
 
     def __len__(self) -> int:
+        if self.drop_last:
+            return len(self.sampler) // self.batch_size
         return -(-len(self.sampler) // self.batch_size)
 
 

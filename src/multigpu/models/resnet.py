@@ -46,6 +46,19 @@ def _stage(in_channels: int, out_channels: int, downsample: bool, norm: Norm) ->
     )
 
 
+class ResNet(nn.Sequential):
+    """The layers in order, with a ``forward`` of this project's own: ``torch.compile`` starts
+    tracing at the network's own frame and inlines every block into one graph. Dynamo skips
+    frames of torch's own files, and in torch 2.11 that included ``nn.Sequential.forward``: the
+    first H100 run compiled each ``Residual.forward`` as a graph of its own, recompiling it for
+    every block width until dynamo's recompile limit (8), past which the blocks ran eagerly."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        for layer in self:
+            x = layer(x)
+        return x
+
+
 def _init_normal(module: nn.Module, std: float) -> None:
     if isinstance(module, (nn.Conv2d, nn.Linear)):
         nn.init.normal_(module.weight, std=std)  # biases keep PyTorch's default, as in d2l
@@ -58,7 +71,7 @@ def resnet18(
     norm: Norm = "batch",
     init_std: float | None = 0.01,
     zero_init_residual: bool = False,
-) -> nn.Sequential:
+) -> ResNet:
     """The d2l ResNet-18; ``width`` scales every stage (width, 2w, 4w, 8w channels).
 
     ``norm="none"`` drops BatchNorm so that data-parallel runs match one device exactly;
@@ -71,7 +84,7 @@ def resnet18(
     if norm not in NORMS:
         raise ValueError(f"model.net.norm={norm!r} is not known: use one of {', '.join(NORMS)}")
     w = width
-    net = nn.Sequential(
+    net = ResNet(
         nn.Conv2d(in_channels, w, 3, padding=1),
         _norm(norm, w),
         nn.ReLU(inplace=True),

@@ -109,6 +109,7 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any], **start: Any) 
         "val_acc": last.get("val_acc"),
         "epoch_s": epoch_s,
         "samples_per_s": samples_per_s,
+        "compile_s": compile_total(history),
         "epochs": len(history),
         "run": run,
         "run_id": start.get("run_id"),
@@ -118,6 +119,13 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any], **start: Any) 
         "time_to": time_to(history, start.get("time_to_targets", TIME_TO_TARGETS)),
         "history": history,
     }
+
+
+def compile_total(history: list[dict[str, Any]]) -> float | None:
+    """The seconds spent compiling over the epochs (null for a network not compiled): apart
+    from ``epoch_s`` and so from ``time_to``'s ``train_s``; inside ``wall_s``."""
+    found = [h["compile_s"] for h in history if h.get("compile_s") is not None]
+    return sum(found) if found else None
 
 
 class RunRecord:

@@ -326,6 +326,7 @@ RECORD_FIELDS: dict[str, Kind] = {
         nullable(NUMBER),
     ),
     "samples_per_s": nullable(NUMBER),
+    "compile_s": nullable(NUMBER),
     "best_epoch": nullable(COUNT),
     "epochs": nullable(COUNT),
     "run": OBJECT,
@@ -340,8 +341,10 @@ RECORD_REQUIRED = ("schema", "status", "run", "history")
 RUN_FIELDS: dict[str, Kind] = {
     **dict.fromkeys(("strategy", "accelerator", "launcher", "norm", "data"), nullable(TEXT)),
     **dict.fromkeys(
-        ("num_nodes", "processes", "batch_size", "process_batch_size"), nullable(COUNT)
+        ("num_nodes", "processes", "batch_size", "process_batch_size", "num_workers"),
+        nullable(COUNT),
     ),
+    "pin_memory": nullable(("true or false", lambda v: isinstance(v, bool))),
     **dict.fromkeys(("width", "max_epochs", "seed"), nullable(WHOLE)),
     **dict.fromkeys(("lr", "warmup_epochs", "warmup_from"), nullable(NUMBER)),
     "precision": nullable(PRECISION),
@@ -361,7 +364,7 @@ HISTORY_FIELDS: dict[str, Kind] = {
         ("train_loss", "train_acc", "lr", "test_acc", "test_loss", "val_acc", "epoch_s"),
         nullable(NUMBER),
     ),
-    **dict.fromkeys(("samples_per_s", "peak_gpu_mb", "wall_s"), nullable(NUMBER)),
+    **dict.fromkeys(("samples_per_s", "peak_gpu_mb", "wall_s", "compile_s"), nullable(NUMBER)),
 }
 
 

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, cuda_device_count
+from multigpu.config import settings
+from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH
 from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.tools.arguments import (
     DefaultsHelp,
@@ -40,8 +42,8 @@ DEVICES = number(1, MAX_DEVICES, integer=True)
 
 @functools.cache
 def has_cuda() -> bool:
-    """Torch-free on a machine without a GPU driver."""
-    return cuda_device_count() > 0
+    """Torch-free on a machine without a GPU driver; the one count a test can simulate."""
+    return settings.cuda_device_count() > 0
 
 
 def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -75,6 +77,8 @@ def configurations(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
     configs += [
         ("loader_memory", "loader", 0, ["--pipeline", "memory"], {}),
+        # The d2l recipe's input alone (batch 256), with the loader processes a run here
+        # starts: against epoch_d2l's images/s, whether the loader or the step limits an epoch.
         ("loader_torchvision", "loader", 0, ["--pipeline", "torchvision"], {}),
     ]
     if has_cuda() or args.tiny:  # whole epochs: the GPU targets (ratio 5)
@@ -167,9 +171,10 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
     copies = args.processes if config["kind"] == "independent" else 1
     suffixes = [f".{k}" for k in range(copies)] if copies > 1 else [""]
     results = [out / "runs" / f"{config['name']}{suffix}.json" for suffix in suffixes]
-    for result in results:
+    for result in results:  # each round from scratch: a finished run is not trained again
         result.parent.mkdir(parents=True, exist_ok=True)
         result.unlink(missing_ok=True)
+        shutil.rmtree(result.with_suffix(""), ignore_errors=True)  # its run folder
     env = {**os.environ, **config["env"]}
     started = time.perf_counter()
     procs = [start(command(config, args, r), r.with_suffix(".log"), env) for r in results]

@@ -6,8 +6,11 @@ costs when the step itself is not the bottleneck.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+from multigpu.config.settings import loader_defaults
 from multigpu.data import FashionMNISTDataModule
 from multigpu.tools.bench.step_timer import time_steps, timed_run_parser
 
@@ -15,16 +18,20 @@ from multigpu.tools.bench.step_timer import time_steps, timed_run_parser
 def main() -> None:
     parser = timed_run_parser(__doc__.splitlines()[0])
     parser.add_argument("--pipeline", choices=("torchvision", "memory"), required=True)
-    parser.add_argument("--num-workers", type=int, default=2)
+    parser.add_argument("--num-workers", type=int, help="default: what a run here would use")
     args = parser.parse_args()
 
     device = torch.device(args.device)
+    # What a training run on this machine would load with (data.num_workers/pin_memory null).
+    chosen = {"pipeline": args.pipeline, "num_workers": args.num_workers}
+    workers, pin = loader_defaults(chosen, device.type, os.cpu_count() or 1, processes=1)
     data = FashionMNISTDataModule(
         root=args.data_root,
         source=args.data_source,
         pipeline=args.pipeline,
         batch_size=args.batch,
-        num_workers=args.num_workers,
+        num_workers=workers,
+        pin_memory=pin,
     )
     data.setup("fit")
     if args.pipeline == "memory":
@@ -33,7 +40,7 @@ def main() -> None:
 
     def step(i: int) -> None:
         images, _ = next(batches)
-        images.to(device, non_blocking=True)
+        images.to(device, non_blocking=True)  # as Lightning moves a batch to the device
 
     time_steps(step, args, device)
 

@@ -1,0 +1,78 @@
+"""One compile per network: with ``model.compile`` a training run compiles its network as one
+graph (one per replica at most), with no graph break, no recompile at the evaluation between
+epochs (it runs eagerly) and none across the blocks of different widths; dynamo's own counters
+say so. Its compile time is recorded apart from the epochs. The capture-only backend (``eager``)
+shows in seconds what inductor would be handed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import TINY, compose_config
+from torch._dynamo.utils import counters
+
+from multigpu.models.compiled import compile_counts
+from multigpu.run.training import train
+
+WHOLE_BATCHES = [
+    *("data=synthetic", "data.num_train=100", "data.num_test=40", "data.batch_size=32"),
+    *("data.drop_last=true", "trainer.max_epochs=2", "callbacks.test_figures=null"),
+    *("model.net.width=4", "model.compile={backend:eager}"),
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    """Dynamo's caches and counters as a new process has them."""
+    torch._dynamo.reset()
+    counters.clear()
+
+
+@pytest.mark.parametrize(
+    "strategy,replicas",
+    [("single", 1), ("scatter_allreduce", 2), ("dp", 1)],
+    ids=["single", "scatter_allreduce_x2", "dp"],
+)
+def test_a_compiled_network_is_one_graph(strategy, replicas, tmp_path):
+    overrides = [*TINY, *WHOLE_BATCHES, f"strategy={strategy}", f"trainer.devices={replicas}"]
+    record = train(compose_config(overrides, tmp_path))
+    counts = compile_counts()
+    assert record["status"] == "completed" and record["epochs"] == 2
+    assert 1 <= counts["graphs"] <= replicas and counts["graph_breaks"] == 0, counts
+    assert counts["recompile_limit_hits"] == 0
+    # The compile time is its own figure: in the first epoch, apart from its epoch_s.
+    first, second = record["history"]
+    assert first["compile_s"] > 0 and second["compile_s"] == pytest.approx(0, abs=0.05)
+    assert record["compile_s"] == pytest.approx(first["compile_s"] + second["compile_s"])
+
+
+def test_a_short_last_batch_is_a_second_graph_without_drop_last(tmp_path):
+    """What ``data.drop_last=true`` spares the compiled recipes: 100 images in batches of 32
+    end with a batch of 4, a second shape, compiled as such (never as symbolic shapes)."""
+    overrides = [*TINY, *WHOLE_BATCHES, "data.drop_last=false"]
+    assert train(compose_config(overrides, tmp_path))["status"] == "completed"
+    assert compile_counts()["graphs"] == 2
+
+
+def test_drop_last_needs_a_whole_batch(tmp_path):
+    from multigpu.config.errors import UserError
+    from multigpu.run.training import resolve
+
+    cfg = compose_config([*TINY, *WHOLE_BATCHES, "data.batch_size=128"], tmp_path)
+    with pytest.raises(UserError, match="data.drop_last=true with a global batch of 128 leaves"):
+        resolve(cfg)
+
+
+def test_the_network_is_traced_from_a_frame_of_its_own():
+    """Dynamo starts at the compiled module's ``forward`` and skips frames in torch's own files
+    (torch 2.11 skipped ``nn.Sequential.forward``, then compiled every block apart): the
+    network's ``forward``, and each block's, is this project's code, which dynamo traces."""
+    import multigpu
+    from multigpu.models.resnet import Residual, resnet18
+
+    package = Path(multigpu.__file__).parent
+    for module in (resnet18(width=2), Residual(2, 2)):
+        source = Path(type(module).forward.__code__.co_filename)
+        assert source.is_relative_to(package), source
