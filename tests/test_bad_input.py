@@ -350,3 +350,49 @@ def test_eval_answers_a_missing_or_wrong_path_before_torch(case, text, outcomes)
     said = stderr_lines(result)
     assert result.returncode == 2 and said[-1].startswith("error: ") and text in said[-1]
     assert "hydra" in imported(result) and "torch" not in imported(result)
+
+
+# Lightning's Trainer arguments: refused before anything is written -----------------------------
+SYNTHETIC = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+
+
+def test_accumulate_grad_batches_zero_is_refused_before_anything_is_written(tmp_path):
+    """It had trained into a ZeroDivisionError traceback, after the run folder and its record
+    were made; in a sweep, the job had started and failed."""
+    text = "trainer.accumulate_grad_batches=0 must be 1 or more"
+    alone = run_script("train.py", *SYNTHETIC, "+trainer.accumulate_grad_batches=0", cwd=tmp_path)
+    check_one_line_error(alone, 2, text, tmp_path, started=False)
+    sweep = run_script(
+        "train.py", "-m", *SYNTHETIC, "+trainer.accumulate_grad_batches=1,0", cwd=tmp_path
+    )
+    check_one_line_error(sweep, 2, text, tmp_path, started=False)
+    assert stderr_lines(sweep)[-1].startswith("error: 1 of 2 jobs cannot run, so none was started")
+
+
+def test_a_trainer_argument_only_lightning_refuses_writes_nothing(tmp_path):
+    """What Lightning refuses only when it builds its Trainer (a gradient clipping algorithm it
+    does not know) is found by admission, which builds one before the run's folder exists."""
+    from conftest import compose_config
+
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    folder = tmp_path / "run"
+    cfg = compose_config([*SYNTHETIC, "+trainer.gradient_clip_algorithm=sideways"], folder)
+    with pytest.raises(UserError) as refused:
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), folder)
+    assert str(refused.value) == (
+        "trainer: `gradient_clip_algorithm` sideways is invalid. Allowed algorithms: "
+        "['value', 'norm']."
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_rank_set_by_hand_is_refused_before_anything_is_written(tmp_path):
+    """``LOCAL_RANK=1 python train.py``: it had trained as rank 1, which writes nothing, and
+    exited 0 with a checkpoint but no ``metrics.json`` and no lock."""
+    result = run_script("train.py", *SYNTHETIC, cwd=tmp_path, env={"LOCAL_RANK": "1"})
+    text = "LOCAL_RANK=1 is set, but no launcher started this process"
+    check_one_line_error(result, 2, text, tmp_path, started=False)
+    assert list(tmp_path.iterdir()) == []

@@ -125,6 +125,7 @@ def test_a_signal_while_a_constructor_runs_stays_an_interruption():
     [
         ("DataLoader worker (pid 6873) is killed by signal: Terminated. ", "SIGTERM"),
         ("DataLoader worker (pid(s) 12, 13) is killed by signal: Interrupt. ", "SIGINT"),
+        ("DataLoader worker (pid 6873) is killed by signal: User defined signal 1. ", "SIGUSR1"),
         ("DataLoader worker (pid 6873) is killed by signal: Killed. ", None),
         ("Connection closed by peer", None),
     ],

@@ -18,6 +18,7 @@ from conftest import TINY, run_script, start_script
 from multigpu.callbacks.interrupts import sigterm_interrupts, stop_signal
 from multigpu.callbacks.progress import is_terminal, progress_line
 from multigpu.config.errors import Interrupted
+from multigpu.config.launch import stop_signals
 from multigpu.run.console import Console, is_gone
 
 TESTS = Path(__file__).resolve().parent
@@ -97,6 +98,38 @@ def test_a_hang_up_stops_the_run_as_sigterm_does():
     assert signal.getsignal(signal.SIGHUP) == before
 
 
+OUTSIDE_SLURM: dict[str, str] = {}
+UNDER_SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "41"}
+
+
+@pytest.mark.parametrize("signum", stop_signals(OUTSIDE_SLURM), ids=lambda s: s.name)
+def test_every_stop_signal_ends_the_run_interrupted_by_its_name(signum, monkeypatch):
+    """Each signal besides Ctrl-C that would end the process (SIGUSR1 and SIGUSR2 by default end
+    it without a word): ``Interrupted`` outside Lightning's training, exit 128 + its number;
+    while Lightning trains, handed to its SIGTERM handling and named by ``stop_signal``."""
+    for name in UNDER_SLURM:
+        monkeypatch.delenv(name, raising=False)
+    before = signal.getsignal(signum)
+    with sigterm_interrupts(), pytest.raises(Interrupted, match=f"^interrupted by {signum.name}$"):
+        os.kill(os.getpid(), signum)
+        time.sleep(1)
+    assert signal.getsignal(signum) == before
+    lightnings = []
+    with sigterm_interrupts():
+        signal.signal(signal.SIGTERM, lambda number, frame: lightnings.append(number))
+        os.kill(os.getpid(), signum)
+        time.sleep(0.1)
+        assert lightnings == [signal.SIGTERM] and stop_signal(signal.SIGTERM) == signum
+
+
+def test_under_slurm_the_user_signals_stay_the_time_limits_warning():
+    """There SIGUSR1 (or submitit's SIGUSR2) warns of the time limit, and the job is requeued
+    (``requeue_on_warning``): not an end of the run."""
+    assert {signal.SIGUSR1, signal.SIGUSR2} <= set(stop_signals(OUTSIDE_SLURM))
+    assert not {signal.SIGUSR1, signal.SIGUSR2} & set(stop_signals(UNDER_SLURM))
+    assert {signal.SIGTERM, signal.SIGHUP} <= set(stop_signals(UNDER_SLURM))
+
+
 def wait_for(proc, ready) -> None:
     deadline = time.monotonic() + 120
     while not ready():
@@ -143,6 +176,24 @@ def test_a_console_gone_with_a_signal_leaves_the_run_interrupted(signum, tmp_pat
         "(or ckpt_path=latest)"
     )
     assert "Traceback" not in train_log(tmp_path)
+
+
+@pytest.mark.subprocess
+def test_sigusr1_outside_slurm_ends_the_run_interrupted_with_its_checkpoint(tmp_path):
+    """``kill -USR1 <pid>``: the run had ended at once, unrecorded (the signal's default)."""
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    overrides = [*RUN, "data.num_train=1024", *slow, "+callbacks.slow.seconds=0.2"]
+    proc = start_script("train.py", *overrides, cwd=tmp_path, env=PROBES_ENV)
+    checkpoint = tmp_path / "outputs" / "run" / "checkpoints" / "last.ckpt"
+    wait_for(proc, checkpoint.exists)  # epoch 2's 16 steps take 3 s or more
+    proc.send_signal(signal.SIGUSR1)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGUSR1, stderr[-3000:]
+    reason = f"interrupted by SIGUSR1; resume with ckpt_path={checkpoint} (or ckpt_path=latest)"
+    assert stderr.strip().splitlines()[-1] == f"error: {reason}"
+    ended = record(tmp_path)
+    assert ended["status"] == "interrupted" and ended["epochs"] == 1 and ended["reason"] == reason
+    assert checkpoint.is_file() and "Traceback" not in stderr
 
 
 @pytest.mark.subprocess

@@ -5,12 +5,15 @@ real ``train.py`` runs."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -378,6 +381,218 @@ def test_a_folder_is_owned_until_its_process_dies_even_by_sigkill(tmp_path):
     assert acquire(tmp_path) is True
     release(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == []  # no lock file left
+
+
+# One spelling per folder: a folder compared, locked or written is its canonical path, however
+# the command line spelt it (relative, through a link, with ``~``, ``.`` or ``..``, a trailing
+# ``/``), whether it exists yet or not.
+spellings = st.fixed_dictionaries(
+    {
+        "start": st.sampled_from(["absolute", "link", "relative", "home", "home_link"]),
+        "detours": st.lists(st.sampled_from(["dot", "up_and_back"]), max_size=2),
+        "trailing_slash": st.booleans(),
+        "exists": st.booleans(),
+    }
+)
+
+
+@contextlib.contextmanager
+def spelling_place(base: Path) -> Iterator[Path]:
+    """``base/real`` as the working folder, ``base/link`` a link to it, ``$HOME`` ``base``:
+    yields the working folder (every spelling names a folder under it)."""
+    real, link = base / "real", base / "link"
+    real.mkdir(exist_ok=True)
+    if not link.is_symlink():
+        link.symlink_to(real)
+    cwd, home = os.getcwd(), os.environ.get("HOME")
+    os.chdir(real)
+    os.environ["HOME"] = str(base)
+    try:
+        yield real
+    finally:
+        os.chdir(cwd)
+        if home is None:
+            os.environ.pop("HOME")
+        else:
+            os.environ["HOME"] = home
+
+
+def spelt(folder: Path, real: Path, how: dict) -> str:
+    """``folder`` (under ``real``, the working folder) as ``how`` writes it."""
+    inside = folder.relative_to(real)
+    start = {
+        "absolute": str(real),
+        "link": str(real.parent / "link"),
+        "relative": ".",
+        "home": "~/real",
+        "home_link": "~/link",
+    }[how["start"]]
+    parts = list(inside.parts)
+    for detour in how["detours"]:  # "./" or "outputs/../outputs" after the first part
+        parts[1:1] = ["."] if detour == "dot" else ["..", parts[0]]
+    return "/".join([start, *parts]) + ("/" if how["trailing_slash"] else "")
+
+
+@EXAMPLES
+@given(spellings, spellings)
+def test_every_spelling_of_a_folder_is_one_folder_with_one_owner(tmp_path_factory, a, b):
+    from multigpu.storage.ownership import is_held
+    from multigpu.storage.paths import canonical
+
+    base = tmp_path_factory.mktemp("spelt")
+    with spelling_place(base) as real:
+        folder = real / "outputs" / "run"
+        if a["exists"]:
+            folder.mkdir(parents=True)
+        first, second = spelt(folder, real, a), spelt(folder, real, b)
+        assert canonical(first) == canonical(second) == folder
+        assert acquire(first) is True
+        try:
+            assert is_held(second) and is_free(second)  # this process's, not another's
+            assert acquire(second) is False  # already owned: not "in use by another run"
+        finally:
+            release(second)
+        assert not is_held(first)
+
+
+@pytest.mark.subprocess
+def test_a_runs_dir_spelt_through_its_parent_is_the_default_place(tmp_path):
+    """``paths.runs_dir=../here/outputs`` run from ``here``: every run had been refused as "in
+    use by another run (pid <its own>)", leaving ``.hydra/`` and ``train.log`` behind."""
+    here = tmp_path / "here"
+    here.mkdir()
+    result = run_script("train.py", *SYNTHETIC, "paths.runs_dir=../here/outputs", cwd=here)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run,) = runs(here)
+    assert json.loads((run / "metrics.json").read_text())["status"] == "completed"
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+
+
+# Every folder a run writes in has one owner ------------------------------------------------------
+@EXAMPLES
+@given(st.sampled_from(["run", "checkpoints"]), st.booleans(), spellings)
+def test_a_folder_another_process_owns_is_refused_by_name_and_folder(
+    tmp_path_factory, held, inside, how
+):
+    """The run folder and the checkpoint folder (``callbacks.checkpoint.dirpath``, inside the
+    run folder or anywhere, spelt any way): while another process owns one, the run is refused
+    in one line naming the folder and the setting; nothing is written."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    base = tmp_path_factory.mktemp("owned")
+    with spelling_place(base) as real:
+        run = real / "run"
+        checkpoints = run / "checkpoints" if inside else real / "elsewhere" / "ck"
+        target = run if held == "run" else checkpoints
+        target.mkdir(parents=True)
+        dirpath = spelt(checkpoints, real, {**how, "exists": True})
+        quoted = f"callbacks.checkpoint.dirpath='{dirpath}'"  # Hydra's grammar takes ~ quoted
+        cfg = compose_config([*SYNTHETIC, quoted], run)
+        before = {p: snapshot(p) for p in (run, checkpoints) if p.is_dir()}
+        with owned_elsewhere(target):
+            with pytest.raises(OccupiedFolder) as refused:
+                admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), run)
+        said = str(refused.value)
+        assert f"{target}" in said and "is in use by another run" in said and "\n" not in said
+        key = "hydra.run.dir" if held == "run" else "callbacks.checkpoint.dirpath"
+        assert said.endswith(f"or pass another {key}")
+        assert {p: snapshot(p) for p in before} == before
+        admission = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), run)
+        assert sorted(admission.folders.values()) == sorted({run, checkpoints})
+
+
+@contextlib.contextmanager
+def owned_elsewhere(folder: Path) -> Iterator[None]:
+    """``folder`` locked as another process's run holds it (a lock of its own open file, which
+    this process's ownership does not know)."""
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+@EXAMPLES
+@given(
+    st.lists(st.sampled_from(["last.ckpt", "previous.ckpt", "notes.txt"]), unique=True),
+    st.sampled_from(["new", "same_run_unfinished", "other_run"]),
+)
+def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(
+    tmp_path_factory, files, folder_holds
+):
+    """A checkpoint folder outside the run folder that holds checkpoints is refused unless the
+    run continues its own folder's run from them; other files are no run's."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    base = tmp_path_factory.mktemp("shared")
+    run, checkpoints = base / "run", base / "ck"
+    cfg = compose_config([*SYNTHETIC, f"callbacks.checkpoint.dirpath={checkpoints}"], run)
+    checkpoints.mkdir()
+    for name in files:
+        (checkpoints / name).write_bytes(b"x")
+    if folder_holds != "new":
+        from conftest import resolve_on
+
+        settings = computation(cfg, resolve_on(cfg))
+        if folder_holds == "other_run":
+            settings = {**settings, "seed": 7}
+        run.mkdir()
+        (run / "metrics.json").write_text(json.dumps({**summarize([], RUN, settings=settings)}))
+    before = snapshot(base)
+    continues = folder_holds == "same_run_unfinished" and "last.ckpt" in files
+    has_checkpoints = any(name.endswith(".ckpt") for name in files)
+    refusal_due = folder_holds == "other_run" or (has_checkpoints and not continues)
+    try:
+        admission = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), run)
+    except OccupiedFolder as refused:
+        said = str(refused)
+        assert refusal_due and "\n" not in said, said
+        if folder_holds != "other_run":  # that one: "holds a run with other settings"
+            assert said.startswith(
+                f"{checkpoints} (callbacks.checkpoint.dirpath) holds another run's checkpoints"
+            )
+        assert snapshot(base) == before
+        return
+    assert not refusal_due
+    assert admission.continued == (checkpoints / "last.ckpt" if continues else None)
+
+
+@pytest.mark.subprocess
+def test_two_runs_given_one_checkpoint_folder_the_second_is_refused(tmp_path):
+    """``callbacks.checkpoint.dirpath=/tmp/ck`` given to two runs: the second had overwritten
+    the first's ``last.ckpt``."""
+    checkpoints = tmp_path / "ck"
+    first = tiny_run(tmp_path, f"callbacks.checkpoint.dirpath={checkpoints}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = snapshot(checkpoints)
+    second = tiny_run(tmp_path, f"callbacks.checkpoint.dirpath={checkpoints}", "seed=7")
+    assert second.returncode == 2, second.stderr[-3000:]
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith(
+        f"error: {checkpoints} (callbacks.checkpoint.dirpath) holds another run's checkpoints "
+        "(last.ckpt): they are left as they are; pass another callbacks.checkpoint.dirpath"
+    )
+    assert snapshot(checkpoints) == before and len(runs(tmp_path)) == 1
+
+
+@pytest.mark.subprocess
+def test_a_sweep_whose_jobs_share_a_checkpoint_folder_is_refused_whole(tmp_path):
+    checkpoints = tmp_path / "ck"
+    sweep = tiny_run(
+        tmp_path, "-m", "model.optimizer.lr=0.1,0.2", f"callbacks.checkpoint.dirpath={checkpoints}"
+    )
+    assert sweep.returncode == 2, sweep.stderr[-3000:]
+    (line,) = sweep.stderr.strip().splitlines()
+    assert line == (
+        f"error: 1 of 2 jobs cannot run, so none was started: jobs 0 and 1 would share the "
+        f"folder {checkpoints}"
+    )
+    assert not checkpoints.exists() and not (tmp_path / "outputs").exists()
 
 
 # Job folders ------------------------------------------------------------------------------------

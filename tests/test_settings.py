@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import CONF, TINY, compose_config, resolve_on, run_script
+from conftest import CONF, TINY, compose_config, examples, resolve_on, run_script
 from hydra.utils import get_class as locate
+from hypothesis import given
+from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config import names, schema
 from multigpu.config.errors import UserError
+from multigpu.config.launch import PROCESS_VARIABLES, check_launched
 from multigpu.config.mistakes import CORES, MISTAKES
 from multigpu.config.settings import RANGES, check_split_weights, parse_devices
 from multigpu.config.typos import find_typos
@@ -87,7 +90,7 @@ def test_gpu_ids_must_exist(tmp_path):
 
 
 TORCHRUN_2 = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
-TORCHRUN_2 |= {"WORLD_SIZE": "2"}
+TORCHRUN_2 |= {"WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}  # torchrun sets its run id
 SRUN_2 = {"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0"}
 
 
@@ -130,6 +133,49 @@ def test_a_launcher_that_started_other_processes_is_named(environ, overrides, me
     cfg = compose_config(["trainer.accelerator=cpu", *overrides], tmp_path)
     with pytest.raises(UserError, match=re.escape(message)):
         resolve_on(cfg, cpu_cores=8, environ=environ)
+
+
+def test_a_rank_set_by_hand_is_refused_before_anything(tmp_path):
+    """``LOCAL_RANK=1 python train.py``: the run had trained as rank 1, which writes nothing, and
+    exited 0 with a checkpoint but no ``metrics.json`` and no lock."""
+    cfg = compose_config(TINY, tmp_path)
+    with pytest.raises(UserError) as refused:
+        resolve_on(cfg, environ={"LOCAL_RANK": "1"})
+    assert str(refused.value) == (
+        "LOCAL_RANK=1 is set, but no launcher started this process (torchrun, srun and "
+        "Lightning's DDP set it together with TORCHELASTIC_RUN_ID, SLURM_JOB_ID or MASTER_ADDR "
+        "and MASTER_PORT): unset LOCAL_RANK, or start the run with torchrun or srun"
+    )
+
+
+LAUNCHED_BY = {  # what each launcher sets besides a process's rank
+    "nothing": {},
+    "torchrun": {**TORCHRUN_2, "TORCHELASTIC_RUN_ID": "abc"},
+    "srun": {**SRUN_2, "SLURM_JOB_ID": "41"},
+    "salloc": {"SLURM_JOB_ID": "41", "SLURM_JOB_NAME": "bash"},
+    "lightning": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
+}
+
+
+@examples(60)
+@given(
+    st.dictionaries(st.sampled_from(PROCESS_VARIABLES), st.sampled_from(["0", "1", "3", ""])),
+    st.sampled_from(sorted(LAUNCHED_BY)),
+)
+def test_a_process_is_taken_as_one_of_a_run_only_where_a_launcher_started_it(given_, launcher):
+    """Whatever rank variables are set, and by whatever else: they are believed where a
+    launcher's own variables are there too, else refused in one line naming each of them."""
+    environ = {**LAUNCHED_BY[launcher], **given_}
+    by_hand = any(name in environ for name in PROCESS_VARIABLES) and launcher == "nothing"
+    try:
+        check_launched(environ)
+    except UserError as refused:
+        said = str(refused)
+        assert by_hand and "\n" not in said
+        assert all(f"{name}={value}" in said for name, value in given_.items())
+        assert said.endswith("or start the run with torchrun or srun")
+        return
+    assert not by_hand
 
 
 def test_every_process_of_a_cluster_run_names_its_folder_alike():
@@ -359,12 +405,16 @@ def test_each_choice_is_one_literal_type_that_the_checks_and_the_code_read():
 
 
 def test_every_number_of_the_schema_has_a_range():
-    """One table of ranges, over exactly the schema's numbers."""
+    """One table of ranges, over exactly the schema's numbers (keys whose type takes a number,
+    alone or among others: ``fast_dev_run`` is true, false or a count)."""
     numbers = set()
     schedulers = [("model.scheduler", node) for node in schema.SCHEDULERS.values()]
     for path, node in [*schema.SCHEMAS.items(), *schedulers]:
         for found in fields(node):
-            if typing.get_type_hints(node)[found.name] in (int, float, int | None, float | None):
+            annotation = typing.get_type_hints(node)[found.name]
+            alone = typing.get_origin(annotation) in (list, None)  # a list is not a number
+            takes = {annotation} if alone else set(typing.get_args(annotation))
+            if {int, float} & takes:
                 numbers.add(f"{path}.{found.name}".lstrip("."))
     assert numbers == set(RANGES)
 

@@ -100,6 +100,7 @@ def test_fast_experiment_composes_the_speed_options(tmp_path):
     cfg = compose_config(["experiment=fast"], tmp_path)
     assert cfg.data.pipeline == "memory" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.channels_last and cfg.model.compile and cfg.trainer.benchmark
+    assert cfg.data.drop_last  # one shape: one compile (tests/test_compile_once.py)
     assert cfg.data.batch_size == 256 and cfg.model.optimizer.lr == 0.1  # still the d2l recipe
     assert cfg.trainer.max_epochs == 10
 

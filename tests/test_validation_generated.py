@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import fields
@@ -264,3 +265,58 @@ def test_a_key_nothing_reads_is_refused_in_one_line_wherever_the_config_got_it(c
         assert said.startswith(f"{name} is not a setting of ") and "\n" not in said
         return
     raise AssertionError(f"{name}=1 was accepted")
+
+
+# Lightning's Trainer: every number it takes is checked before torch --------------------------
+def lightnings_numbers() -> dict[str, Any]:
+    """Trainer's arguments whose type takes a number, from its signature (``devices``,
+    ``precision`` and ``max_time`` have checks of their own: a count or ids, names, a duration)."""
+    import inspect
+
+    from pytorch_lightning import Trainer
+
+    own_checks = {"devices", "precision", "max_time"}
+    found = {}
+    for name, parameter in inspect.signature(Trainer.__init__).parameters.items():
+        annotation = str(parameter.annotation)  # its text: Lightning's module has no types
+        if name not in own_checks and re.search(r"\b(int|float)\b", annotation):
+            found[name] = parameter.annotation
+    return found
+
+
+def test_every_number_lightnings_trainer_takes_has_a_range():
+    """``trainer.accumulate_grad_batches=0`` had no range: a ZeroDivisionError mid-epoch, after
+    the run's folder and record were written. Every such argument is in the one table now."""
+    from multigpu.config.settings import RANGES
+
+    keys = [f"trainer.{name}" for name in lightnings_numbers()]
+    assert [key for key in keys if key not in RANGES] == []
+
+
+NEUTRAL = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
+NEUTRAL |= {"enable_progress_bar": False, "enable_model_summary": False}
+
+
+@examples(150)
+@given(
+    st.sampled_from(sorted(lightnings_numbers())),
+    st.one_of(st.sampled_from(EDGE_INTS), st.integers(-3, 300), floats, st.booleans()),
+)
+def test_a_trainer_number_checked_before_torch_is_one_lightning_takes(name, value):
+    """Refused in one line naming the key, before torch; or taken by Lightning's Trainer as
+    well (which then refuses nothing only once the run's folder exists)."""
+    import pytorch_lightning as pl
+
+    try:
+        cfg = compose_config([*TINY, f"++trainer.{name}={render(value)}"], output_dir=OUTPUT_DIR)
+    except Exception:  # Hydra's own answer to what its grammar cannot parse
+        assume(False)
+    try:
+        resolve_on(cfg)
+    except UserError as refused:
+        event("refused")
+        assert f"trainer.{name}=" in str(refused) and "\n" not in str(refused), str(refused)
+        return
+    event("accepted")
+    taken = OmegaConf.to_container(cfg.trainer)[name]
+    pl.Trainer(**{name: taken, **NEUTRAL})  # raises if Lightning refuses what passed

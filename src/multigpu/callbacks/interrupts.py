@@ -1,4 +1,4 @@
-"""Ctrl-C, SIGTERM and SIGHUP outside Lightning's own handling.
+"""Ctrl-C, SIGTERM, SIGHUP and SIGUSR1/2 outside Lightning's own handling.
 
 Before training (data preparation, building the network) SIGTERM would kill the run without a
 word, leaving its record ``running`` and a half-written file: ``sigterm_interrupts`` makes it
@@ -8,13 +8,15 @@ current step. Once training is over, the run has completed and its last checkpoi
 written, so a signal during what follows (drawing the test figures) skips that work, says so,
 and leaves the run completed.
 
-SIGHUP, which a closed terminal sends the jobs it started, is a stop like SIGTERM (its
-default would end the process unrecorded): before and after training the same way; while
+SIGHUP, which a closed terminal sends the jobs it started, and SIGUSR1/2 outside SLURM
+(``multigpu.config.launch.stop_signals``) are stops like SIGTERM (their default would end the
+process unrecorded): before and after training the same way; while
 Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
 current step, and named by ``stop_signal``."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -22,6 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from multigpu.config.errors import Interrupted
+from multigpu.config.launch import stop_signals
 
 
 class _Skip(Exception):
@@ -35,8 +38,6 @@ def after_training_notice(signal_name: str, skipped: str) -> str:
     )
 
 
-# The signals that stop a run as Ctrl-C does: a job's end, a terminal's hang-up.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _handed_over: list[signal.Signals] = []  # what Lightning's SIGTERM handling stops for
 
 
@@ -52,20 +53,21 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def stop_signal(default: signal.Signals) -> signal.Signals:
-    """The signal that Lightning's SIGTERM handling stopped for: a SIGHUP handed to it, or
-    ``default`` (SIGTERM)."""
+    """The signal that Lightning's SIGTERM handling stopped for: a SIGHUP (or SIGUSR1/2) handed
+    to it, or ``default`` (SIGTERM)."""
     return _handed_over[-1] if _handed_over else default
 
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise ``Interrupted`` in the block (the main thread's), as Ctrl-C
-    raises."""
+    """Every signal that would end the run (``multigpu.config.launch.stop_signals``: SIGTERM,
+    SIGHUP, and SIGUSR1/2 outside SLURM) raises ``Interrupted`` in the block (the main
+    thread's), as Ctrl-C raises: the run ends recorded, with its checkpoint."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _handed_over.clear()
-    previous = {s: signal.signal(s, _interrupt) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, _interrupt) for s in stop_signals(os.environ)}
     try:
         yield
     finally:
@@ -83,7 +85,7 @@ def skipped_on_signal(what: str) -> Iterator[None]:
     def skip(signum: int, frame: object) -> None:
         raise _Skip(signal.Signals(signum).name)
 
-    previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, *STOP_SIGNALS)}
+    previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, *stop_signals(os.environ))}
     try:
         yield
     except _Skip as stopped:

@@ -10,7 +10,7 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from multigpu.config.errors import UserError
@@ -35,6 +35,44 @@ def slurm_started(environ: Mapping[str, str]) -> bool:
 def cluster_started(environ: Mapping[str, str]) -> bool:
     """A cluster launcher already started one process per device."""
     return torchrun_started(environ) or slurm_started(environ)
+
+
+# What says which process of a run this is: Lightning and ``multigpu.storage.record.is_rank_zero``
+# read them, and a process that is not rank 0 writes no record, no lock, no metrics.
+PROCESS_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
+PROCESS_VARIABLES += ("LOCAL_WORLD_SIZE", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+# Each launcher that sets them, known by what it sets besides: torchrun (its run id, which it
+# always sets), a SLURM job (srun's tasks, an interactive allocation), LSF's jsrun, and
+# Lightning's own start of DDP's other processes (or a cluster set up by hand as Lightning
+# documents): rank 0's address.
+LAUNCHERS: dict[str, Callable[[Mapping[str, str]], bool]] = {
+    "torchrun": lambda environ: torchrun_started(environ) and "TORCHELASTIC_RUN_ID" in environ,
+    "SLURM": lambda environ: slurm_started(environ) or "SLURM_JOB_ID" in environ,
+    "LSF": lambda environ: "LSB_JOBID" in environ,
+    "Lightning's DDP": lambda environ: "MASTER_ADDR" in environ and "MASTER_PORT" in environ,
+}
+
+
+def launcher_of(environ: Mapping[str, str]) -> str | None:
+    """The launcher whose variables the environment holds, if any."""
+    return next((name for name, started in LAUNCHERS.items() if started(environ)), None)
+
+
+def check_launched(environ: Mapping[str, str]) -> None:
+    """A rank, local rank or world size promises that a launcher started this process as one of
+    a run's. Set by hand (an export left over, a command copied from a launcher's log) it is
+    believed: ``LOCAL_RANK=1`` trained alone as rank 1, which writes nothing, and exited 0
+    without a record or a lock. Refused unless a launcher's other variables are there too."""
+    given = [name for name in PROCESS_VARIABLES if name in environ]
+    if not given or launcher_of(environ) is not None:
+        return
+    shown = " ".join(f"{name}={environ[name]}" for name in given)
+    raise UserError(
+        f"{shown} is set, but no launcher started this process (torchrun, srun and "
+        "Lightning's DDP set it together with TORCHELASTIC_RUN_ID, SLURM_JOB_ID or "
+        f"MASTER_ADDR and MASTER_PORT): unset {' '.join(given)}, or start the run with "
+        "torchrun or srun"
+    )
 
 
 def restart_count(environ: Mapping[str, str]) -> int:
@@ -108,7 +146,9 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
 
 def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_device: bool) -> None:
     """The processes a cluster launcher started must be the ones the config asks for: one per
-    device under DDP (``trainer.devices`` x ``trainer.num_nodes``), else one."""
+    device under DDP (``trainer.devices`` x ``trainer.num_nodes``), else one; and a process
+    that says it is one of several must have been started by a launcher."""
+    check_launched(environ)
     if torchrun_started(environ):
         started = int(environ.get("WORLD_SIZE", "1"))
         on_node = int(environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -137,6 +177,16 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
             f"trainer.devices={per_node} x trainer.num_nodes={nodes} asks for "
             f"{per_node * nodes}: use {fix}, or change trainer.devices / trainer.num_nodes"
         )
+
+
+def stop_signals(environ: Mapping[str, str]) -> tuple[signal.Signals, ...]:
+    """The signals besides Ctrl-C that end a run, which must then end ``interrupted`` with its
+    checkpoint, as SIGTERM does: a job's end (SIGTERM), a closed terminal (SIGHUP), and
+    SIGUSR1 and SIGUSR2 (``kill -USR1``: by default they end a process without a word). Under
+    SLURM these two are the warning before a time limit, which ``requeue_on_warning`` (or
+    submitit's own handler) answers: there they stay theirs."""
+    users = () if slurm_started(environ) else (signal.SIGUSR1, signal.SIGUSR2)
+    return (signal.SIGTERM, signal.SIGHUP, *users)
 
 
 def requeue_on_warning(environ: Mapping[str, str]) -> None:

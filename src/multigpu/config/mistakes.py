@@ -154,6 +154,24 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "trainer.max_time=00:00:00:00 leaves no time to train: give a duration above 0",
     ),
     "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
+    "accumulate_grad_batches_zero": (  # had been a ZeroDivisionError mid-epoch
+        ["+trainer.accumulate_grad_batches=0"],
+        "trainer.accumulate_grad_batches=0 must be 1 or more (the batches whose gradients each "
+        "optimizer step sums; 1: every batch)",
+    ),
+    "accumulate_grad_batches_fraction": (  # had never stepped the optimizer
+        ["+trainer.accumulate_grad_batches=1.5"],
+        "trainer.accumulate_grad_batches=1.5 must be an integer",
+    ),
+    "limit_test_batches_fraction_above_one": (  # Lightning refused it once the folder existed
+        ["+trainer.limit_test_batches=1.5"],
+        "trainer.limit_test_batches=1.5 must be 0 or more (a whole number of batches, or a "
+        "fraction up to 1.0)",
+    ),
+    "val_check_interval_zero": (
+        ["+trainer.val_check_interval=0"],
+        "trainer.val_check_interval=0 must be more than 0",
+    ),
     "limit_train_batches_zero": (
         ["+trainer.limit_train_batches=0"],
         "trainer.limit_train_batches=0 must be more than 0",

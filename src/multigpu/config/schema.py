@@ -130,7 +130,8 @@ class Trainer:
     check_val_every_n_epoch: int | None = field(default=1, metadata={"example": 3})
     # Lightning's other numbers (``+trainer.<name>``), at Lightning's defaults: a fraction where
     # a whole count is meant would silently train otherwise (no step at all with
-    # accumulate_grad_batches=1.5). val_check_interval also takes a duration: Lightning checks it.
+    # accumulate_grad_batches=1.5). val_check_interval also takes a duration, which Lightning
+    # checks (multigpu.run.lightning_arguments).
     min_epochs: int | None = field(default=None, metadata={"example": 1})
     min_steps: int | None = field(default=None, metadata={"example": 100})
     fast_dev_run: bool | int = False
@@ -139,6 +140,7 @@ class Trainer:
     overfit_batches: float = field(default=0.0, metadata={"example": 10})
     accumulate_grad_batches: int = field(default=1, metadata={"example": 2})
     reload_dataloaders_every_n_epochs: int = 0
+    val_check_interval: float | str | dict | None = field(default=None, metadata={"example": 0.5})
 
 
 @dataclass

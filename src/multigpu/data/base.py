@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import torch
 from pytorch_lightning import LightningDataModule
 from torch import Tensor
@@ -10,6 +12,7 @@ from typing_extensions import override
 
 from multigpu.config.errors import UserError
 from multigpu.config.names import Pipeline
+from multigpu.config.settings import loader_defaults
 from multigpu.data.augment import augment
 from multigpu.data.memory import IndexBatches, TensorImages, to_tensor_images
 
@@ -66,12 +69,12 @@ class ImageDataModule(LightningDataModule):
     def __init__(
         self,
         batch_size: int = 256,
-        num_workers: int = 2,
+        num_workers: int | None = None,
         seed: int = 42,
         train_subset: int | None = None,
         test_subset: int | None = None,
         val_size: int = 0,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
         shuffle: bool = True,
         pipeline: Pipeline = "torchvision",
         augment: bool = False,
@@ -81,12 +84,17 @@ class ImageDataModule(LightningDataModule):
     ):
         super().__init__()
         self.batch_size = batch_size
-        self.num_workers = num_workers
+        # Unset (a module built outside a run): what a run on this machine would choose.
+        self.num_workers, self.pin_memory = loader_defaults(
+            {"pipeline": pipeline, "num_workers": num_workers, "pin_memory": pin_memory},
+            "cuda" if torch.cuda.is_available() else "cpu",
+            os.cpu_count() or 1,
+            processes=1,
+        )
         self.seed = seed
         self.train_subset = train_subset
         self.test_subset = test_subset
         self.val_size = val_size
-        self.pin_memory = pin_memory
         self.shuffle = shuffle
         self.pipeline = pipeline
         self.augment = augment

@@ -11,30 +11,37 @@ touches nothing on disk.
 A run folder, once used, belongs to one run: another run of the same settings may continue it
 (a launcher's restart, a sweep run again, the same command again after an interruption), a
 run of other settings is refused, and a finished run is never overwritten or relabelled.
+Every folder the run writes in (``written_folders``: its run folder and its checkpoint folder)
+must be free of any other live run, and a checkpoint folder of its own choosing
+(``callbacks.checkpoint.dirpath``) that holds checkpoints must hold this run's.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.computation import computation, describe, differences
-from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError
+from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.data.locate import check_reachable
 from multigpu.run.resume import Resume, allowed_changes, plan_init, plan_resume
+from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ckpt_path import LAST
-from multigpu.storage.ownership import is_free, occupied
+from multigpu.storage.ownership import check_free
+from multigpu.storage.paths import canonical, is_within
 from multigpu.storage.record_file import BadRecord, read_record
 
 FINISHED = ("completed", "diverged")  # running them again would give the same
 RECORD = "metrics.json"
 HYDRAS_OWN = (".hydra",)  # what Hydra writes in a run folder before the run starts (and *.log)
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
+RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
+CHECKPOINT_FOLDER = "callbacks.checkpoint.dirpath"
 
 
 @dataclass(frozen=True)
@@ -48,11 +55,17 @@ class Admission:
     continued: Path | None = None  # the run folder's own last checkpoint, continued
     history: list[dict[str, Any]] = field(default_factory=list)  # the folder's, continued
     finished: dict[str, Any] | None = None  # the folder's finished record: nothing to run
+    folders: dict[str, Path] = field(default_factory=dict)  # written_folders: the run owns them
 
     @property
     def ckpt_path(self) -> Path | None:
         """The checkpoint Lightning resumes from, if any."""
         return self.resume.path if self.resume else self.continued
+
+    @property
+    def checkpoints(self) -> Path | None:
+        """The folder its checkpoints go to; None for a run that does not start."""
+        return checkpoint_folder(self.folders) if self.folders else None
 
     @property
     def epochs_before(self) -> int:
@@ -83,22 +96,83 @@ def admit(
             f"resume_changes={allowed} without ckpt_path: it allows changes to a resumed run; "
             "pass ckpt_path=<file> or drop resume_changes"
         )
-    own = folder_state(Path(output_dir), settings, run.max_epochs, rank_zero)
+    folders = written_folders(cfg, output_dir)
+    if rank_zero:  # the other ranks of a run write nothing in its folders
+        check_free(folders)
+    checkpoints = checkpoint_folder(folders)
+    own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
         return Admission(run, settings, finished=own.finished)
+    if rank_zero:
+        check_checkpoint_folder(folders, own)
+        check_writable_folders(folders)
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
         check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
-    runs_dir = cfg.paths.runs_dir
+    admission = starting_point(cfg, Admission(run, settings, folders=folders), allowed, own)
+    if rank_zero:  # what only Lightning refuses, once everything checked before torch passed
+        from multigpu.run.lightning_arguments import check_trainer_arguments
+
+        check_trainer_arguments(cfg)
+    return admission
+
+
+def starting_point(cfg: DictConfig, fresh: Admission, allowed: list[str], own: Folder) -> Admission:
+    """Where an admitted run starts: the checkpoint it resumes (``ckpt_path``), the one whose
+    weights it starts from (``init_from``), or its own folder (continued, or new)."""
+    ckpt_path, init_from, runs_dir = cfg.get("ckpt_path"), cfg.get("init_from"), cfg.paths.runs_dir
+    net = container(cfg.model.net)
     if ckpt_path is not None:
-        net = container(cfg.model.net)
-        max_steps = cfg.trainer.get("max_steps", -1)
-        resume = plan_resume(ckpt_path, runs_dir, settings, allowed, run.max_epochs, net, max_steps)
-        return Admission(run, settings, resume=resume)
+        max_steps, max_epochs = cfg.trainer.get("max_steps", -1), fresh.run.max_epochs
+        resume = plan_resume(
+            ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps
+        )
+        return replace(fresh, resume=resume)
     if init_from is not None:
-        net = container(cfg.model.net)
-        return Admission(run, settings, init_from=plan_init(init_from, runs_dir, net))
-    return Admission(run, settings, continued=own.continued, history=own.history)
+        return replace(fresh, init_from=plan_init(init_from, runs_dir, net))
+    return replace(fresh, continued=own.continued, history=own.history)
+
+
+def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
+    """Every folder the run writes in, canonical, by the setting that names it: its run folder
+    (the record, the config, the logger's files) and its checkpoint folder when it has one."""
+    folders = {RUN_FOLDER: canonical(output_dir)}
+    checkpoint = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    if checkpoint.get("dirpath") is not None:
+        folders[CHECKPOINT_FOLDER] = canonical(str(checkpoint["dirpath"]))
+    return folders
+
+
+def checkpoint_folder(folders: dict[str, Path]) -> Path:
+    """Where the run's checkpoints go: ``callbacks.checkpoint.dirpath``, or its run folder's
+    ``checkpoints`` (where a run without checkpoints would have them)."""
+    return folders.get(CHECKPOINT_FOLDER, folders[RUN_FOLDER] / "checkpoints")
+
+
+def check_writable_folders(folders: dict[str, Path]) -> None:
+    """Each folder the run writes in can be made and written, before anything is written."""
+    for key, folder in folders.items():
+        try:
+            check_creatable(folder)
+        except WriteFailed as err:
+            raise UserError(f"{err}: pass a writable {key}") from None
+
+
+def check_checkpoint_folder(folders: dict[str, Path], own: Folder) -> None:
+    """A checkpoint folder outside the run folder that holds checkpoints holds another run's
+    (their record is elsewhere), unless this run continues from them (its own folder's run):
+    refused, so that no run's checkpoints are overwritten by another's."""
+    folder = folders.get(CHECKPOINT_FOLDER)
+    if folder is None or is_within(folder, folders[RUN_FOLDER]) or own.continued is not None:
+        return
+    held = sorted(p.name for p in folder.glob("*.ckpt")) if folder.is_dir() else []
+    if held:
+        raise OccupiedFolder(
+            f"{folder} ({CHECKPOINT_FOLDER}) holds another run's checkpoints "
+            f"({', '.join(held[:3])}): they are left as they are; pass another "
+            f"{CHECKPOINT_FOLDER} (to continue that run: ckpt_path={folder / LAST} with a new "
+            f"{CHECKPOINT_FOLDER})"
+        )
 
 
 def container(value: Any) -> Any:
@@ -127,12 +201,15 @@ class Folder:
 
 
 def folder_state(
-    output_dir: Path, settings: dict[str, Any], max_epochs: int | None, rank_zero: bool
+    output_dir: Path,
+    checkpoints: Path,
+    settings: dict[str, Any],
+    max_epochs: int | None,
+    rank_zero: bool,
 ) -> Folder:
     """What the run folder already holds: nothing, the same run unfinished (continued from its
-    last checkpoint), the same run finished (nothing to run), or another run (refused)."""
-    if rank_zero and not is_free(output_dir):
-        raise occupied(output_dir)
+    last checkpoint in ``checkpoints``), the same run finished (nothing to run), or another run
+    (refused)."""
     path = output_dir / RECORD
     if not path.exists():
         if rank_zero:  # the other ranks of a run may start first and find rank 0's files
@@ -148,7 +225,7 @@ def folder_state(
             + ": it is left as it is; pass another hydra.run.dir (re-running a sweep: the "
             "overrides it was started with, or another hydra.sweep.dir)"
         )
-    last = output_dir / "checkpoints" / LAST
+    last = checkpoints / LAST
     status, epochs = previous.get("status"), previous.get("epochs")
     if rank_zero and status in FINISHED:
         if status == "completed" and wants_more(epochs, max_epochs):

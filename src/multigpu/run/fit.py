@@ -20,7 +20,6 @@ from lightning_fabric.plugins.environments import SLURMEnvironment
 from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Checkpoint, ProgressBar
 from pytorch_lightning.strategies import SingleDeviceStrategy, Strategy
-from pytorch_lightning.utilities.exceptions import MisconfigurationException
 
 from multigpu.callbacks import (
     BarLoss,
@@ -33,12 +32,13 @@ from multigpu.callbacks import (
 from multigpu.callbacks.interrupts import after_training_notice, stop_signal
 from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
-from multigpu.config.launch import requeue_on_warning, slurm_started
+from multigpu.config.launch import requeue_on_warning, slurm_started, stop_signals
 from multigpu.config.schema import Top
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.admission import Admission
 from multigpu.run.build import build
+from multigpu.run.lightning_arguments import lightning_refusal
 from multigpu.run.quiet import quiet
 from multigpu.run.resume import check_same_run
 from multigpu.storage.checkpoint import (
@@ -87,8 +87,9 @@ def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
     return build(data)
 
 
-def resume_hint(output_dir: Path) -> str:
-    last = output_dir / "checkpoints" / LAST
+def resume_hint(checkpoints: Path) -> str:
+    """How to go on from the run's checkpoint folder."""
+    last = checkpoints / LAST
     if last.is_file():
         return f"resume with ckpt_path={last} (or ckpt_path=latest)"
     return "no epoch had finished, so there is no checkpoint to resume"
@@ -136,11 +137,12 @@ COLLECTIVE_FAILURES = (
 
 
 def signal_of_loader_workers(error: RuntimeError) -> signal.Signals | None:
-    """The signal that ended the data loader's workers, when that is the error: a SIGTERM,
-    SIGINT or SIGHUP sent to the whole process group reaches them too, and their death is reported
-    before this process's own handler stops the run."""
-    found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: (\w+)", str(error))
-    names = {"Terminated": signal.SIGTERM, "Interrupt": signal.SIGINT, "Hangup": signal.SIGHUP}
+    """The signal that ended the data loader's workers, when that is the error: a stop signal
+    (Ctrl-C's, or one of ``stop_signals``) sent to the whole process group reaches them too, and
+    their death is reported before this process's own handler stops the run."""
+    found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: ([^.]+)\.", str(error))
+    stops = (signal.SIGINT, *stop_signals(os.environ))
+    names = {signal.strsignal(signum): signum for signum in stops}  # what torch says: strsignal
     return names.get(found[1]) if found else None
 
 
@@ -151,15 +153,15 @@ def is_collective_failure(error: RuntimeError) -> bool:
 
 
 def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
-    """Lightning's ``Trainer``; an argument it refuses (say ``+trainer.x`` it does not take)
-    becomes one line."""
+    """Lightning's ``Trainer``; an argument it refuses becomes one line (admission has built one
+    from the same node already, so that is only what the run's own choices make of it)."""
     try:
         return build(node, _convert_="all", **kwargs)
     except Exception as err:
-        cause = err.__cause__ or err
-        if isinstance(cause, (MisconfigurationException, TypeError, ValueError)):
-            raise UserError(f"trainer: {summary_line(str(cause))}") from None
-        raise
+        refusal = lightning_refusal(err)
+        if refusal is None:
+            raise
+        raise refusal from None
 
 
 def plugins(run: Run, checkpoint_io: AtomicCheckpointIO) -> list[Any]:
@@ -176,6 +178,7 @@ def plugins(run: Run, checkpoint_io: AtomicCheckpointIO) -> list[Any]:
 def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
     """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
     run, ckpt_path = admission.run, admission.ckpt_path
+    checkpoints = admission.checkpoints or output_dir / "checkpoints"
     quiet()
     matmul_precision = cfg.get("float32_matmul_precision", Top.float32_matmul_precision)
     torch.set_float32_matmul_precision(matmul_precision)  # before the device is set up
@@ -207,7 +210,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             EveryProcess(matmul_precision, cfg.data.get("pipeline", "torchvision")),
             EpochTimer(),
             EpochHistory(record),
-            DivergenceGuard(cfg.check_finite_every_n_steps, output_dir / "checkpoints"),
+            DivergenceGuard(cfg.check_finite_every_n_steps, checkpoints),
             HParamsSummary(record),
             *([BarLoss()] if bar else []),  # before the bar, which shows the loss it reads
             *callbacks,
@@ -229,15 +232,15 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             skipped = "the end-of-training work (test figures)"
             print(after_training_notice(signum.name, skipped), file=sys.stderr)
             return
-        message = f"interrupted by {signum.name}; {resume_hint(output_dir)}"
+        message = f"interrupted by {signum.name}; {resume_hint(checkpoints)}"
         raise Interrupted(message, exit_code=128 + signum) from None
     except WriteFailed as err:
-        add_note(err, resume_hint(output_dir))
+        add_note(err, resume_hint(checkpoints))
         raise
     except RuntimeError as err:  # a collective's, when the process that failed was another
         stopped = signal_of_loader_workers(err)
         if stopped is not None:  # a signal to the process group (timeout, Slurm, kill -PGID)
-            message = f"interrupted by {stopped.name}; {resume_hint(output_dir)}"
+            message = f"interrupted by {stopped.name}; {resume_hint(checkpoints)}"
             raise Interrupted(message, exit_code=128 + stopped) from None
         peer = getattr(strategy, "peer_failure", None)
         if peer is None and not (run.processes > 1 and is_collective_failure(err)):

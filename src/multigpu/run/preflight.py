@@ -1,7 +1,7 @@
 """Hydra's callbacks before anything is written: a run, or every job of a sweep, is admitted
 (``multigpu.run.admission``) before Hydra creates its folder and writes its config there, so a
 refused run or sweep leaves nothing on disk and touches no existing folder. An admitted single
-run owns its folder from here on; a sweep owns its sweep folder.
+run owns the folders it writes in from here on; a sweep owns its sweep folder.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The run is admitted first (``multigpu.run.admission``: the config, its folder, the checkpoint it
 starts from), before torch and Lightning are imported when it starts from no checkpoint; from
 the command line that happened before Hydra created the folder, and is not done twice. Then
-``multigpu.run.fit`` trains. ``train`` owns the run's folder and record while it runs: however the
-run ends, ``metrics.json`` says how, or the error line says that it could not.
+``multigpu.run.fit`` trains. ``train`` owns the folders the run writes in (its run folder and its
+checkpoint folder) and its record while it runs: however the run ends (any signal that would end
+it included), ``metrics.json`` says how, or the error line says that it could not.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ from multigpu.config.errors import (
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.storage.atomic import check_writable
 from multigpu.storage.outcome import COMPLETED, outcome_of
 from multigpu.storage.ownership import is_free, owning
+from multigpu.storage.paths import canonical
 from multigpu.storage.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, record_ending
 
 log = logging.getLogger(__name__)
@@ -52,22 +53,7 @@ def admit_run(cfg: DictConfig, output_dir: Path) -> Admission:
 
 def remember(output_dir: Path, admission: Admission) -> None:
     """Keep what was decided before Hydra created the folder, for ``train`` to use once."""
-    _admitted[output_dir.absolute()] = admission
-
-
-def output_folders(cfg: DictConfig, output_dir: Path) -> list[Path]:
-    """The run's folder, and the checkpoints' folder when checkpoints are written."""
-    checkpoint = (cfg.get("callbacks") or {}).get("checkpoint") or {}
-    return [output_dir, *([Path(checkpoint["dirpath"])] if checkpoint.get("dirpath") else [])]
-
-
-def check_folders(cfg: DictConfig, output_dir: Path) -> None:
-    """An unwritable checkpoints' folder is refused now, before any training."""
-    try:
-        for folder in output_folders(cfg, output_dir)[1:]:
-            check_writable(folder)
-    except WriteFailed as err:
-        raise UserError(f"{err}; nothing was trained: pass a writable hydra.run.dir") from None
+    _admitted[canonical(output_dir)] = admission
 
 
 def finish(record: RunRecord, error: BaseException) -> None:
@@ -131,7 +117,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     started = time.monotonic()  # before the data is touched: the clock of time to accuracy
     output_dir = Path(cfg.paths.output_dir)
     try:
-        admission = _admitted.pop(output_dir.absolute(), None) or admit_run(cfg, output_dir)
+        admission = _admitted.pop(canonical(output_dir), None) or admit_run(cfg, output_dir)
     except UserError as error:
         if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
             record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
@@ -145,12 +131,10 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info(admission.run.describe())
     if admission.continued is not None:
         log.info("continuing this run from its own checkpoint %s", admission.continued)
-    with owning(output_dir) if is_rank_zero() else nullcontext(), sigterm_interrupts():
+    with owning(admission.folders) if is_rank_zero() else nullcontext(), sigterm_interrupts():
         record = start_record(output_dir, admission, cfg, started)
         try:
             record.claim(admission.history)
-            if is_rank_zero():  # only rank 0 writes in the run's folder
-                check_folders(cfg, output_dir)
             from multigpu.run.fit import (
                 fit,  # torch and Lightning: only once the config is known good
             )

@@ -20,6 +20,7 @@ from typing_extensions import override
 
 from multigpu.storage.atomic import atomic_file
 from multigpu.storage.checkpoint import DIGEST, digest
+from multigpu.storage.paths import canonical
 
 
 def write_bytes(file: IO[bytes], data: memoryview) -> None:
@@ -43,7 +44,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def hand_over(self, path: Path, checkpoint: dict[str, Any]) -> None:
         """The checkpoint the run has read and checked (``start_from``), for Lightning's restore
         of ``path`` to take instead of reading the file again."""
-        self._checked = (Path(path), checkpoint)
+        self._checked = (canonical(path), checkpoint)
 
     @override
     def load_checkpoint(
@@ -54,7 +55,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         own read: the weights a spawned DDP process hands back through a temporary file, a
         restore in a spawned process (which checked the file itself, in ``start_from``)."""
         checked, self._checked = getattr(self, "_checked", None), None
-        if checked is not None and checked[0] == Path(path):
+        if checked is not None and checked[0] == canonical(path):
             return checked[1]
         return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 

@@ -1,8 +1,11 @@
-"""A run folder has one owner at a time: the process that holds an exclusive ``flock`` on the
-folder itself. The operating system releases it when that process ends however it ends (a
-SIGKILL included), so a dead run never leaves its folder held, and no lock file is left behind.
+"""Every folder a run writes in has one owner at a time: the process that holds an exclusive
+``flock`` on the folder itself. The operating system releases it when that process ends however
+it ends (a SIGKILL included), so a dead run never leaves its folder held, and no lock file is
+left behind. A run owns its run folder and its checkpoint folder, a sweep its sweep folder
+(``multigpu.run.admission.written_folders`` names them); a folder is known by its canonical
+path (``multigpu.storage.paths``), so that no spelling of it escapes its lock.
 
-Only the run's rank zero owns its folder: the other processes of a DDP run (Lightning's
+Only the run's rank zero owns its folders: the other processes of a DDP run (Lightning's
 relaunched ranks, torchrun's and srun's tasks) write nothing there. Torch-free.
 """
 
@@ -11,10 +14,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from multigpu.config.errors import OccupiedFolder
+from multigpu.storage.paths import canonical
 
 _held: dict[Path, int] = {}  # folder -> the open descriptor that holds its lock
 
@@ -32,21 +36,31 @@ def holder(folder: Path) -> str:
     return "another process"
 
 
-def occupied(folder: Path) -> OccupiedFolder:
+def occupied(folder: Path, key: str = "hydra.run.dir") -> OccupiedFolder:
+    """The refusal of a folder another process owns; ``key``: the setting that named it."""
+    named = "" if key == "hydra.run.dir" else f" ({key})"
     return OccupiedFolder(
-        f"{folder} is in use by another run ({holder(folder)}): wait for it to end, "
-        "or pass another hydra.run.dir"
+        f"{folder}{named} is in use by another run ({holder(folder)}): wait for it to end, "
+        f"or pass another {key}"
     )
+
+
+def check_free(folders: Mapping[str, Path]) -> None:
+    """Each folder (by the setting that names it) is free or already this process's: a
+    second run never writes where a live one does."""
+    for key, folder in folders.items():
+        if not is_free(folder):
+            raise occupied(canonical(folder), key)
 
 
 def is_held(folder: str | Path) -> bool:
     """Whether this process owns ``folder``."""
-    return Path(folder).absolute() in _held
+    return canonical(folder) in _held
 
 
 def is_free(folder: str | Path) -> bool:
     """Whether no other process owns ``folder`` now (a folder that does not exist is free)."""
-    folder = Path(folder).absolute()
+    folder = canonical(folder)
     if folder in _held or not folder.is_dir():
         return True
     try:
@@ -65,7 +79,7 @@ def is_free(folder: str | Path) -> bool:
 def acquire(folder: str | Path) -> bool:
     """Create ``folder`` if need be and own it until ``release`` or the process ends; True if
     this call took it, False if this process already owned it. Raises ``OccupiedFolder``."""
-    folder = Path(folder).absolute()
+    folder = canonical(folder)
     if folder in _held:
         return False
     folder.mkdir(parents=True, exist_ok=True)
@@ -81,17 +95,35 @@ def acquire(folder: str | Path) -> bool:
 
 
 def release(folder: str | Path) -> None:
-    descriptor = _held.pop(Path(folder).absolute(), None)
+    descriptor = _held.pop(canonical(folder), None)
     if descriptor is not None:
         os.close(descriptor)
 
 
+def acquire_all(folders: Mapping[str, Path]) -> list[Path]:
+    """Own every folder (by the setting that names it), or none: the folders this call took.
+    Raises ``OccupiedFolder`` naming the setting of the one another process holds."""
+    took: list[Path] = []
+    try:
+        for key, folder in folders.items():
+            try:
+                if acquire(folder):
+                    took.append(canonical(folder))
+            except OccupiedFolder:
+                raise occupied(canonical(folder), key) from None
+    except BaseException:
+        for folder in took:
+            release(folder)
+        raise
+    return took
+
+
 @contextlib.contextmanager
-def owning(folder: str | Path) -> Iterator[None]:
-    """Own ``folder`` for the block; a folder this process already owned stays owned."""
-    took = acquire(folder)
+def owning(folders: Mapping[str, Path]) -> Iterator[None]:
+    """Own every folder for the block; a folder this process already owned stays owned."""
+    took = acquire_all(folders)
     try:
         yield
     finally:
-        if took:
+        for folder in took:
             release(folder)
