@@ -469,7 +469,7 @@ def test_a_runs_dir_spelt_through_its_parent_is_the_default_place(tmp_path):
 
 
 # Every folder a run writes in has one owner ------------------------------------------------------
-@EXAMPLES
+@examples(15)  # each example starts the process that owns the folder
 @given(st.sampled_from(["run", "checkpoints"]), st.booleans(), spellings)
 def test_a_folder_another_process_owns_is_refused_by_name_and_folder(
     tmp_path_factory, held, inside, how
