@@ -219,6 +219,7 @@ def test_a_run_applies_its_matmul_precision_and_hints_workers_only_where_they_ex
 
 @DISTRIBUTED
 @pytest.mark.subprocess
+@pytest.mark.slow  # spawns DDP workers (12 s): CI's slow suite runs it
 def test_spawned_ddp_workers_compute_with_the_runs_matmul_precision(tmp_path):
     """A spawned process starts with torch's default (``highest``): the run sets its own."""
     probes = str(Path(__file__).resolve().parent)

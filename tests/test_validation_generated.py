@@ -188,7 +188,7 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
         assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
 
 
-@examples(100)
+@examples(60)
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)
