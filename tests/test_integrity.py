@@ -793,3 +793,32 @@ def test_a_resume_at_max_steps_is_a_notice_and_writes_nothing(tmp_path):
     with pytest.raises(NothingToDo, match=r"already holds 1 step\(s\) and trainer.max_steps=1"):
         admit(again, hydra_runtime(again)[0], Machine(0, 2, {}, False), tmp_path / "again")
     assert not (tmp_path / "again").exists()
+
+
+# A record only moves forward ----------------------------------------------------------------------
+def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, monkeypatch):
+    """``ckpt_path=<X>/checkpoints/last.ckpt hydra.run.dir=<X>`` after an interruption: the
+    record the resume writes when it starts already holds the checkpoint's epochs (it was
+    rewritten with none until the checkpoint was restored: killed in that window, X was left at
+    0 epochs, ``running``)."""
+    from multigpu.run import fit as fit_module
+    from multigpu.run.training import train
+
+    run = tmp_path / "run"
+    assert train(compose_config(SYNTHETIC, run))["epochs"] == 1
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    seen = []
+
+    def stopped_before_the_restore(cfg, admission, started, output_dir):
+        seen.append(json.loads((output_dir / "metrics.json").read_text()))
+        raise KeyboardInterrupt  # a signal in the window before Lightning restores
+
+    monkeypatch.setattr(fit_module, "fit", stopped_before_the_restore)
+    resume = [*SYNTHETIC, f"ckpt_path={run}/checkpoints/last.ckpt", "trainer.max_epochs=2"]
+    with pytest.raises(KeyboardInterrupt):
+        train(compose_config(resume, run))
+    (at_start,) = seen
+    assert at_start["epochs"] == 1 and [h["epoch"] for h in at_start["history"]] == [1]
+    after = json.loads((run / "metrics.json").read_text())
+    assert after["epochs"] == 1 and after["status"] == "interrupted"

@@ -37,12 +37,15 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Resume:
     """A checkpoint to continue from: its path, the finished epochs it holds, the settings it
-    was trained with, and the differences ``resume_changes`` allowed."""
+    was trained with, the differences ``resume_changes`` allowed, and the history it carries
+    (the record a resume writes first holds it: a record only moves forward, also when the
+    resume goes into the folder of the run it continues)."""
 
     path: Path
     epochs: int
     settings: dict[str, Any]
     changed: dict[str, tuple] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         """What the new run's ``metrics.json`` says of it (``resumed_from``)."""
@@ -199,7 +202,12 @@ def plan_resume(
     network included (``net``: the configured ``model.net``), before anything is written."""
     path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
     # torch: only once there is a file to read
-    from multigpu.storage.checkpoint import check_resumable, finished_epochs, stored_settings
+    from multigpu.storage.checkpoint import (
+        check_resumable,
+        epoch_history,
+        finished_epochs,
+        stored_settings,
+    )
 
     checkpoint = read_fitting(path, net, "ckpt_path")
     check_resumable(path, checkpoint)
@@ -210,7 +218,7 @@ def plan_resume(
     check_something_to_train(path, {"epochs": (epochs, max_epochs), "steps": (steps, max_steps)})
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
-    return Resume(path, epochs, saved, changed)
+    return Resume(path, epochs, saved, changed, epoch_history(checkpoint) or [])
 
 
 def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Path:

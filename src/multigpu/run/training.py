@@ -134,7 +134,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     with owning(admission.folders) if is_rank_zero() else nullcontext(), sigterm_interrupts():
         record = start_record(output_dir, admission, cfg, started)
         try:
-            record.claim(admission.history)
+            record.claim(admission.resume.history if admission.resume else admission.history)
             from multigpu.run.fit import (
                 fit,  # torch and Lightning: only once the config is known good
             )
