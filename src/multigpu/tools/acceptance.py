@@ -63,9 +63,9 @@ SYNCS_WINDOW = {
 SYNCS_BY_DESIGN = ("bar_loss.py", "divergence.py")  # every refresh_rate / n steps
 SYNCS_DRY = [*SPEEDRUN_DRY, "data.train_subset=2048", "data.test_subset=256"]
 # Each step's cap in seconds on a GPU (a dry run's are the same); the whole command's budget
-# (--budget) also bounds every step: a lent GPU is held for minutes, one command at a time.
+# (--budget) also bounds every step: a GPU rented by the minute.
 CAPS = {"tests": 120.0, "speedrun": 60.0, "epoch": 100.0, "loader": 40.0, "syncs": 60.0}
-BUDGET_S = 290.0  # with the lent machine's start (about a minute), the whole check fits 6 minutes
+BUDGET_S = 290.0  # with a GPU machine's start (about a minute), the whole check fits 6 minutes
 PACKAGES = ("torch", "torchvision", "pytorch-lightning", "torchmetrics", "hydra-core", "omegaconf")
 UNFINISHED = ("pending", "running")
 
