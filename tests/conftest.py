@@ -44,6 +44,10 @@ def examples(count: int) -> settings:
 
 
 REPO = Path(__file__).resolve().parents[1]
+# A run's environment that finds tests/probes.py (callbacks a test adds with +callbacks.x=...).
+PROBES_ENV = {
+    "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+}
 CONF = REPO / "conf"
 SHARED_DATA = Path(os.environ.get("MULTIGPU_DATA", REPO.parent / "shared" / "data")).resolve()
 

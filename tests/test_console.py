@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TINY, run_script, start_script
+from conftest import PROBES_ENV, TINY, run_script, start_script
 
 from multigpu.callbacks.interrupts import sigterm_interrupts, stop_signal
 from multigpu.callbacks.progress import is_terminal, progress_line
@@ -21,8 +21,6 @@ from multigpu.config.errors import Interrupted
 from multigpu.config.launch import stop_signals
 from multigpu.run.console import Console, is_gone
 
-TESTS = Path(__file__).resolve().parent
-PROBES_ENV = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
 # Two epochs of 4 steps with the progress bar on (TINY turns it off); a few seconds.
 RUN = [
     *[a for a in TINY if not a.startswith("callbacks.progress_bar")],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import shutil
 import signal
@@ -16,14 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, flip_byte_in_a_tensor, run_script, start_script
+from conftest import PROBES_ENV, TINY, flip_byte_in_a_tensor, run_script, start_script
 
 from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 pytestmark = pytest.mark.subprocess
 
-TESTS = Path(__file__).resolve().parent
-PROBES_ENV = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
 # Two epochs of 32 steps on real data; deterministic on the CPU.
 RUN = [
     *TINY,

@@ -6,12 +6,10 @@ check's read, the progress bar's loss), counted on the CPU by ``multigpu.callbac
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import REPO, TINY, compose_config
+from conftest import REPO, TINY, compose_config, run_module
 
 from multigpu.callbacks.host_syncs import count_host_syncs
 from multigpu.run.training import train
@@ -129,15 +127,12 @@ def test_without_a_progress_bar_no_loss_is_read(tmp_path):
 @pytest.mark.subprocess
 def test_the_command_prints_the_count_of_a_run(tmp_path):
     """What the GPU acceptance runs (there under CUDA's sync debug mode)."""
-    done = subprocess.run(
-        [sys.executable, "-m", "multigpu.tools.bench.host_syncs", "--first-step", "3"]
-        + ["--steps", "12", "--out", str(tmp_path)]
-        + [*TINY, "data=synthetic", "data.num_train=256", "data.batch_size=16"]
-        + ["check_finite_every_n_steps=5"],
+    done = run_module(
+        "multigpu.tools.bench.host_syncs",
+        *("--first-step", "3", "--steps", "12", "--out", str(tmp_path)),
+        *(*TINY, "data=synthetic", "data.num_train=256", "data.batch_size=16"),
+        "check_finite_every_n_steps=5",
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     printed = json.loads(done.stdout)

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 
 import pytest
 import pytorch_lightning as pl
 import torch
-from conftest import REPO, TINY, compose_config
+from conftest import REPO, TINY, compose_config, run_module
 from pytorch_lightning import Callback
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -99,13 +97,10 @@ def test_the_overhead_is_the_median_of_paired_differences():
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_overhead_command_reports_both_runs(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "multigpu.tools.bench.overhead", "--warmup", "3"]
-        + ["--block", "2", "--rounds", "3", "--out", str(tmp_path)],
+    done = run_module(
+        "multigpu.tools.bench.overhead",
+        *("--warmup", "3", "--block", "2", "--rounds", "3", "--out", str(tmp_path)),
         cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
