@@ -7,7 +7,6 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from dataclasses import MISSING, fields
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from multigpu.config import names, schema
 from multigpu.config.errors import UserError
 from multigpu.config.launch import PROCESS_VARIABLES, check_launched
 from multigpu.config.mistakes import CORES, MISTAKES
-from multigpu.config.settings import RANGES, check_split_weights, parse_devices
+from multigpu.config.settings import check_split_weights, parse_devices
 from multigpu.config.typos import find_typos
 from multigpu.run.fit import build_strategy
 
@@ -304,16 +303,16 @@ def test_network_keys_are_the_network_parameters():
     from multigpu.models import resnet18
 
     assert list(names.NETWORK_KEYS) == parameters(resnet18)
-    assert [f.name for f in fields(schema.Net)] == list(names.NETWORK_KEYS)
+    assert list(schema.Net.model_fields) == list(names.NETWORK_KEYS)
 
 
 def test_optimizer_scheduler_and_compile_keys_are_torchs():
     assert set(names.SGD_KEYS) <= set(parameters(torch.optim.SGD))
-    assert [f.name for f in fields(schema.Optimizer)] == list(names.SGD_KEYS)
+    assert list(schema.Optimizer.model_fields) == list(names.SGD_KEYS)
     for target, keys in names.SCHEDULER_KEYS.items():
         scheduler = locate(target)
         assert set(keys) <= set(parameters(scheduler)), target
-        assert [f.name for f in fields(schema.SCHEDULERS[target])] == list(keys)
+        assert list(schema.SCHEDULERS[target].model_fields) == list(keys)
         required = [
             name
             for name, p in inspect.signature(scheduler).parameters.items()
@@ -321,7 +320,7 @@ def test_optimizer_scheduler_and_compile_keys_are_torchs():
         ]
         assert list(names.SCHEDULER_REQUIRED[target]) == required
     assert set(names.COMPILE_KEYS) <= set(parameters(torch.compile))
-    assert [f.name for f in fields(schema.Compile)] == list(names.COMPILE_KEYS)
+    assert list(schema.Compile.model_fields) == list(names.COMPILE_KEYS)
 
 
 def test_data_strategy_and_model_keys_are_their_constructors():
@@ -342,11 +341,7 @@ def test_data_strategy_and_model_keys_are_their_constructors():
 
 
 def schema_defaults(schema_class) -> dict:
-    return {
-        f.name: f.default_factory() if f.default_factory is not MISSING else f.default
-        for f in fields(schema_class)
-        if f.default is not MISSING or f.default_factory is not MISSING
-    }
+    return {name: schema.default_of(schema_class, name) for name in schema_class.model_fields}
 
 
 def test_schema_yaml_and_constructor_defaults_agree():
@@ -385,14 +380,17 @@ def test_schema_yaml_and_constructor_defaults_agree():
 
 def test_each_choice_is_one_literal_type_that_the_checks_and_the_code_read():
     """A choice's names live in one ``Literal`` type: the schema annotates its key with it (the
-    checks' table of names is derived from the schema), and the code implementing it takes it."""
-    from multigpu.config.settings import NAMES
+    checks refuse any other name and list exactly these), and the code implementing it takes it."""
     from multigpu.data import ImageDataModule
     from multigpu.models import resnet18
     from multigpu.models.classifier import ImageClassifier
 
     found = schema.choices()
-    assert NAMES == found
+    for key, accepted in found.items():
+        cfg = compose_config([*TINY, f"++{key}=nosuch"], Path("/tmp/x"))
+        with pytest.raises(UserError, match="use one of (.*)") as refused:
+            resolve_on(cfg)
+        assert str(refused.value).endswith(f"use one of {', '.join(accepted)}"), key
     implemented_by = {
         "data.pipeline": (ImageDataModule.__init__, "pipeline"),
         "model.net.norm": (resnet18, "norm"),
@@ -410,13 +408,13 @@ def test_every_number_of_the_schema_has_a_range():
     numbers = set()
     schedulers = [("model.scheduler", node) for node in schema.SCHEDULERS.values()]
     for path, node in [*schema.SCHEMAS.items(), *schedulers]:
-        for found in fields(node):
-            annotation = typing.get_type_hints(node)[found.name]
+        for name in node.model_fields:
+            annotation = typing.get_type_hints(node)[name]
             alone = typing.get_origin(annotation) in (list, None)  # a list is not a number
             takes = {annotation} if alone else set(typing.get_args(annotation))
             if {int, float} & takes:
-                numbers.add(f"{path}.{found.name}".lstrip("."))
-    assert numbers == set(RANGES)
+                numbers.add(f"{path}.{name}".lstrip("."))
+    assert numbers == set(schema.ranges()) - {"time_to_targets"}  # a list of accuracies
 
 
 @pytest.mark.subprocess

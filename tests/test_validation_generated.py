@@ -6,18 +6,19 @@ other exception. A value Hydra itself cannot parse is skipped."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import math
 import re
 import typing
 from collections.abc import Mapping
-from dataclasses import fields
 from typing import Any
 
 import hypothesis.strategies as st
 from conftest import CONF, TINY, compose_config, examples, resolve_on
 from hypothesis import assume, event, given
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import UserError
 from multigpu.config.names import CPU_PRECISIONS, DATA_SIZES, SYNTHETIC
@@ -41,11 +42,11 @@ def catalog() -> list[tuple[str, Any, str | None]]:
     keys = []
     for path, schema in SCHEMAS.items():
         hints = typing.get_type_hints(schema)
-        keys += [(f"{path}.{f.name}".lstrip("."), hints[f.name], None) for f in fields(schema)]
+        keys += [(f"{path}.{name}".lstrip("."), hints[name], None) for name in schema.model_fields]
     for target, schema in SCHEDULERS.items():
         hints = typing.get_type_hints(schema)
         option = SCHEDULER_OPTIONS[target]
-        keys += [(f"model.scheduler.{f.name}", hints[f.name], option) for f in fields(schema)]
+        keys += [(f"model.scheduler.{name}", hints[name], option) for name in schema.model_fields]
     nodes = ("model.net", "model.optimizer", "model.lr_scaling", "model.scheduler")
     return keys + [(node, "node", None) for node in nodes]
 
@@ -287,10 +288,10 @@ def lightnings_numbers() -> dict[str, Any]:
 def test_every_number_lightnings_trainer_takes_has_a_range():
     """``trainer.accumulate_grad_batches=0`` had no range: a ZeroDivisionError mid-epoch, after
     the run's folder and record were written. Every such argument is in the one table now."""
-    from multigpu.config.settings import RANGES
+    from multigpu.config.schema import ranges
 
     keys = [f"trainer.{name}" for name in lightnings_numbers()]
-    assert [key for key in keys if key not in RANGES] == []
+    assert [key for key in keys if key not in ranges()] == []
 
 
 NEUTRAL = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpointing": False}
@@ -320,3 +321,75 @@ def test_a_trainer_number_checked_before_torch_is_one_lightning_takes(name, valu
     event("accepted")
     taken = OmegaConf.to_container(cfg.trainer)[name]
     pl.Trainer(**{name: taken, **NEUTRAL})  # raises if Lightning refuses what passed
+
+
+# Cross-checks with many inputs: devices listed twice, whole batches ----------------------------
+@functools.cache
+def composed_once(*overrides: str) -> DictConfig:
+    return compose_config([*TINY, *overrides], output_dir=OUTPUT_DIR)
+
+
+def composed(*overrides: str) -> DictConfig:
+    """A fresh copy of a config Hydra composed once (composing takes most of a case's time)."""
+    return copy.deepcopy(composed_once(*overrides))
+
+
+@examples(40)
+@given(
+    st.sampled_from(["auto", "single", "dp", "scatter_allreduce", "ddp", "ddp_spawn"]),
+    st.lists(st.integers(0, 3), min_size=1, max_size=4),
+)
+def test_a_device_listed_twice_is_a_replica_of_scatter_allreduce_and_refused_elsewhere(
+    strategy, ids
+):
+    """On a 4-GPU machine: the ids resolve as given, repeats included, exactly where the
+    strategy runs several replicas on one device; else one line naming the repeated device."""
+    from multigpu.config.settings import REPLICAS_ON_ONE_DEVICE
+
+    cfg = composed(f"strategy={strategy}", "trainer.accelerator=gpu")
+    cfg.trainer.devices = ids
+    repeated = len(set(ids)) < len(ids)
+    try:
+        run = resolve_on(cfg, cuda_devices=4, cpu_cores=16)
+    except UserError as refused:
+        said = str(refused)
+        assert "\n" not in said and said.startswith(("trainer.devices=", "strategy=")), said
+        event("refused")
+        if repeated and strategy not in REPLICAS_ON_ONE_DEVICE:
+            assert "twice" in said, said
+        return
+    event("resolved")
+    assert list(run.device_ids) == ids
+    assert not repeated or run.strategy in REPLICAS_ON_ONE_DEVICE
+
+
+@examples(40)
+@given(
+    batch=st.integers(1, 96),
+    train=st.integers(2, 64),
+    val_size=st.integers(0, 8),
+    drop_last=st.booleans(),
+)
+def test_drop_last_resolves_exactly_when_the_loader_has_a_whole_batch(
+    batch, train, val_size, drop_last
+):
+    """Against the data module's own loader (the second computation): a config that resolves
+    trains at least one batch per epoch; one refused would have trained none."""
+    from multigpu.run.fit import build_datamodule
+
+    cfg = composed("data=synthetic")
+    cfg.data.merge_with({"num_train": train, "val_size": val_size, "batch_size": batch})
+    cfg.data.drop_last = drop_last
+    try:
+        run = resolve_on(cfg)
+    except UserError as refused:
+        event("refused")
+        said = str(refused)
+        assert "\n" not in said and said.startswith(("data.drop_last=", "data.val_size=")), said
+        if said.startswith("data.drop_last="):
+            assert drop_last and train - val_size < batch
+        return
+    event("resolved")
+    data = build_datamodule(cfg.data, run)
+    data.setup("fit")
+    assert len(data.train_dataloader()) >= 1

@@ -60,10 +60,10 @@ def tensorboard_loggers(trainer: Trainer) -> list[TensorBoardLogger]:
 def known_keys() -> dict[str, frozenset[str]]:
     """Each last part (``lr``) of the keys the config's schema knows, with the keys that end
     in it (``seed``: ``seed`` and ``data.seed``)."""
-    from multigpu.config.computation import schema_defaults
+    from multigpu.config.schema import defaults
 
     owners: dict[str, set[str]] = defaultdict(set)
-    for key in schema_defaults():
+    for key in defaults():
         owners[key.rsplit(".", 1)[-1]].add(key)
     return {last: frozenset(keys) for last, keys in owners.items()}
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import MISSING, fields
 from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.names import MODEL
-from multigpu.config.schema import SCHEMAS
+from multigpu.config.schema import defaults
 from multigpu.config.settings import Run
 
 # Whole nodes that do not change what is computed.
@@ -149,23 +148,8 @@ def current_name(key: str, value: Any) -> Any:
 def default(key: str) -> Any:
     """The schema's default for ``key``, or ``UNSET``."""
     if not DEFAULTS:
-        DEFAULTS.update(schema_defaults())
+        DEFAULTS.update(defaults())
     return DEFAULTS.get(key, UNSET)
-
-
-def schema_defaults() -> dict[str, Any]:
-    """Every key the config's schema declares, with its default."""
-    found = {}
-    for path, schema in SCHEMAS.items():
-        for item in fields(schema):
-            if item.default is not MISSING:
-                value = item.default
-            elif item.default_factory is not MISSING:
-                value = item.default_factory()
-            else:
-                continue
-            found[f"{path}.{item.name}" if path else item.name] = value
-    return found
 
 
 def parents(key: str) -> list[str]:

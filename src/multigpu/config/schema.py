@@ -1,13 +1,15 @@
-"""The types of the config's values, checked before torch is imported: one structured-config
-dataclass per node (the tools' command-line arguments have theirs in ``multigpu.tools.arguments``).
+"""The config's values declared once, before torch is imported: one pydantic model per config
+node, whose fields give each key's type, its default (the shipped one), the range it takes
+(``Field(ge=..., gt=..., le=..., lt=...)``, or a named rule) in the words an error says it with
+(``description``), and an example for the fix. The tools' command-line arguments have theirs in
+``multigpu.config.arguments``.
 
-A config value of the wrong type becomes one line naming the key, the value and an example.
-One dataclass per config node; its defaults are the shipped ones (they serve as the examples).
-Only the keys a node has are checked, so options of a group may leave keys out; which keys a
-node may have at all, and the ranges and cross-checks of the values, are
-``multigpu.config.settings``'s.
-The check is strict (a quoted ``'5'`` is not an integer, ``1`` is not ``true``): the values go
-to torch as they are, unconverted.
+The models are strict (a quoted ``'5'`` is not an integer, ``1`` is not ``true``): the values go
+to torch as they are, unconverted. Only the keys a node has are checked, so options of a group
+may leave keys out; which keys a node may have at all, and the cross-checks between values, the
+machine and the data, are ``multigpu.config.settings``'s. Two passes over the same models keep
+the order the checks answer in: the types first (``check_types``), then, once the keys and
+numbers have been checked, the ranges and names (``check_ranges_and_names``).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.fields import FieldInfo
 
 from multigpu.config.errors import UserError
 from multigpu.config.names import (
@@ -34,147 +37,210 @@ from multigpu.config.names import (
     StartMethod,
 )
 
+MAX_SEED = 2**32 - 1  # what seed_everything accepts
+MAX_WORKERS = 256  # data.num_workers: processes started per loader
+MAX_WIDTH = 2048  # model.net.width: 46 billion parameters at 4096, more than any GPU holds
+MAX_SYNTHETIC = 1_000_000  # data=synthetic images, held in memory (3 KB each)
+MAX_CLASSES = 100_000
+MAX_TIMEOUT_S = 7 * 24 * 3600  # strategy.timeout_s: Python's timedelta overflows far beyond
 
-@dataclass
-class Top:
-    seed: int | None = 42
-    ckpt_path: str | None = field(default=None, metadata={"example": "<run>/checkpoints/last.ckpt"})
-    resume_changes: list[str] = field(
-        default_factory=list, metadata={"example": "[model.scheduler.T_max]"}
-    )
-    init_from: str | None = field(default=None, metadata={"example": "<run>/checkpoints/last.ckpt"})
-    check_finite_every_n_steps: int = 10
+
+# Rules beyond a bound --------------------------------------------------------------------------
+def _whole_above_one(value: float) -> float:
+    """Lightning's batch counts: a fraction of the batches up to 1.0, else a whole count."""
+    if value > 1 and value % 1:
+        raise ValueError("a fraction above 1")
+    return value
+
+
+def _not_zero(value: int) -> int:
+    if value == 0:
+        raise ValueError("zero")
+    return value
+
+
+Batches = Annotated[float, AfterValidator(_whole_above_one)]
+NoLimit = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]  # -1: no limit
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
+Accuracy = Annotated[float, Field(gt=0, le=1)]  # a fraction, not a percentage
+POSITIVE = "a positive integer"
+NO_LIMIT = "-1 (no limit) or more than 0"
+SUBSET = "a positive integer (or null: every image)"
+FRACTION_OR_COUNT = "a whole number of batches, or a fraction up to 1.0"
+SYNTHETIC_COUNT = f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)"
+
+
+def setting(default: Any, wanted: str | None = None, example: Any = None, **bounds: Any) -> Any:
+    """A key's default, its bounds, the words that say its range (``wanted``) and the example
+    an error gives when the default would not show the fix."""
+    examples = None if example is None else [example]
+    return Field(default, description=wanted, examples=examples, **bounds)
+
+
+class Node(BaseModel):
+    """A config node: strict types; keys beyond these are ``settings.check_keys``'s."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+
+
+class Top(Node):
+    seed: Seed | None = setting(42, f"between 0 and {MAX_SEED} (or null)")
+    ckpt_path: str | None = setting(None, example="<run>/checkpoints/last.ckpt")
+    resume_changes: list[str] = setting([], example="[model.scheduler.T_max]")
+    init_from: str | None = setting(None, example="<run>/checkpoints/last.ckpt")
+    check_finite_every_n_steps: int = setting(10, "1 or more", ge=1)
     phases: bool = False
-    time_to_targets: list[float] = field(
-        default_factory=lambda: [0.8, 0.85, 0.9, 0.92], metadata={"example": "[0.85,0.9]"}
+    time_to_targets: list[Accuracy] = setting(
+        [0.8, 0.85, 0.9, 0.92], "accuracies above 0 and at most 1", "[0.85,0.9]"
     )
     float32_matmul_precision: MatmulPrecision = "high"
 
 
-@dataclass
-class Data:
+class Data(Node):
     root: str = "data"
-    source: str | None = field(default=None, metadata={"example": "../shared/data"})
+    source: str | None = setting(None, example="../shared/data")
     download: bool = True
-    batch_size: int = 256
-    batch_size_per_device: int | None = field(default=None, metadata={"example": 256})
-    num_workers: int | None = None
+    batch_size: int = setting(256, POSITIVE, ge=1)
+    batch_size_per_device: int | None = setting(
+        None, "a positive integer (or null to use data.batch_size)", 256, ge=1
+    )
+    num_workers: int | None = setting(None, f"between 0 and {MAX_WORKERS}", ge=0, le=MAX_WORKERS)
     pipeline: Pipeline = "torchvision"
     augment: bool = False
-    crop_padding: int = 2
+    crop_padding: int = setting(2, "between 0 and 28 (the images' size)", ge=0, le=28)
     flip: bool = True
     pin_memory: bool | None = None
     shuffle: bool = True
     drop_last: bool = False
     normalize: bool | None = True
-    train_subset: int | None = field(default=None, metadata={"example": 20000})
-    test_subset: int | None = field(default=None, metadata={"example": 1000})
-    val_size: int = 0
-    seed: int = 42
-    num_train: int = 1024  # data=synthetic
-    num_test: int = 256
-    num_classes: int = 10
+    train_subset: int | None = setting(None, SUBSET, 20000, ge=1)
+    test_subset: int | None = setting(None, SUBSET, 1000, ge=1)
+    val_size: int = setting(0, "0 or more", ge=0)
+    seed: Seed = setting(42, f"between 0 and {MAX_SEED}")
+    num_train: int = setting(1024, SYNTHETIC_COUNT, ge=1, le=MAX_SYNTHETIC)  # data=synthetic
+    num_test: int = setting(256, SYNTHETIC_COUNT, ge=1, le=MAX_SYNTHETIC)
+    num_classes: int = setting(10, f"between 2 and {MAX_CLASSES}", ge=2, le=MAX_CLASSES)
 
 
-@dataclass
-class Model:
+class Model(Node):
     channels_last: bool = False
     compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
-    label_smoothing: float = field(default=0.0, metadata={"example": 0.1})
+    label_smoothing: float = setting(0.0, "0 or more and less than 1", 0.1, ge=0, lt=1)
     tta_flip: bool = False
     scheduler_interval: SchedulerInterval = "epoch"
     weight_decay_on: Decayed = "all"
 
 
-@dataclass
-class Net:
-    num_classes: int = 10
-    in_channels: int = 1
-    width: int = 64
+class Net(Node):
+    num_classes: int = setting(10, "2 or more", ge=2)
+    in_channels: int = setting(1, "1 or more", ge=1)
+    width: int = setting(
+        64,
+        f"a positive integer, at most {MAX_WIDTH} (already 11 billion parameters)",
+        ge=1,
+        le=MAX_WIDTH,
+    )
     norm: Norm = "batch"
-    init_std: float | None = 0.01
+    init_std: float | None = setting(0.01, "positive, or null", gt=0)
     zero_init_residual: bool = False
 
 
-@dataclass
-class Optimizer:
-    lr: float = 0.1
-    momentum: float = 0.0
-    dampening: float = 0.0
-    weight_decay: float = 0.0
+class Optimizer(Node):
+    lr: float = setting(0.1, "a positive number", gt=0)
+    momentum: float = setting(0.0, "0 or more and less than 1", ge=0, lt=1)
+    dampening: float = setting(0.0, "between 0 and 1", ge=0, le=1)
+    weight_decay: float = setting(0.0, "0 or more", ge=0)
     nesterov: bool = False
 
 
-@dataclass
-class LrScaling:
+class LrScaling(Node):
     rule: LrRule = "none"
-    base_batch: int = 256
-    warmup_epochs: float = 0
+    base_batch: int = setting(256, POSITIVE, ge=1)
+    warmup_epochs: float = setting(0, "0 or more", ge=0)
 
 
-@dataclass
-class Trainer:
+class Trainer(Node):
     accelerator: str = "auto"
     devices: Any = 1  # a count, a list of ids, or "auto": settings.parse_devices reads it
-    num_nodes: int = 1
-    max_epochs: int | None = 10
-    max_steps: int = -1
-    limit_train_batches: float = field(default=1.0, metadata={"example": 0.5})  # or a count
-    limit_val_batches: float = field(default=1.0, metadata={"example": 0.5})  # the test set's
+    num_nodes: int = setting(1, POSITIVE, ge=1)
+    max_epochs: NoLimit | None = setting(10, NO_LIMIT)
+    max_steps: NoLimit = setting(-1, NO_LIMIT)
+    limit_train_batches: Batches = setting(
+        1.0,
+        f"more than 0 ({FRACTION_OR_COUNT.replace('batches', 'batches per epoch', 1)}): at 0 "
+        "nothing trains",
+        0.5,
+        gt=0,
+    )
+    limit_val_batches: Batches = setting(  # 0: no test set at all (the benchmark's steps)
+        1.0, f"0 (no evaluation: no test accuracy) or more ({FRACTION_OR_COUNT})", 0.5, ge=0
+    )
     precision: Any = "32-true"  # Lightning also takes 64, 32, 16
-    num_sanity_val_steps: int = 0
+    num_sanity_val_steps: int = setting(0, "-1 (all) or more", ge=-1)
     enable_model_summary: bool = False
-    gradient_clip_val: float | None = field(default=None, metadata={"example": 1.0})
+    gradient_clip_val: float | None = setting(
+        None, "0 or more (0: no clipping), or null", 1.0, ge=0
+    )
     sync_batchnorm: bool = False
-    log_every_n_steps: int = 50
-    check_val_every_n_epoch: int | None = field(default=1, metadata={"example": 3})
+    log_every_n_steps: int = setting(50, "1 or more", ge=1)
+    check_val_every_n_epoch: int | None = setting(1, "1 or more", 3, ge=1)
     # Lightning's other numbers (``+trainer.<name>``), at Lightning's defaults: a fraction where
     # a whole count is meant would silently train otherwise (no step at all with
     # accumulate_grad_batches=1.5). val_check_interval also takes a duration, which Lightning
     # checks (multigpu.run.lightning_arguments).
-    min_epochs: int | None = field(default=None, metadata={"example": 1})
-    min_steps: int | None = field(default=None, metadata={"example": 100})
-    fast_dev_run: bool | int = False
-    limit_test_batches: float = field(default=1.0, metadata={"example": 0.5})
-    limit_predict_batches: float = field(default=1.0, metadata={"example": 0.5})
-    overfit_batches: float = field(default=0.0, metadata={"example": 10})
-    accumulate_grad_batches: int = field(default=1, metadata={"example": 2})
-    reload_dataloaders_every_n_epochs: int = 0
-    val_check_interval: float | str | dict | None = field(default=None, metadata={"example": 0.5})
+    min_epochs: int | None = setting(None, "0 or more, or null", 1, ge=0)
+    min_steps: int | None = setting(None, "0 or more, or null", 100, ge=0)
+    fast_dev_run: bool | Annotated[int, Field(ge=0)] = setting(
+        False, "true, false or a number of batches (0 or more)"
+    )
+    limit_test_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
+    limit_predict_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
+    overfit_batches: Batches = setting(0.0, f"0 (off) or more ({FRACTION_OR_COUNT})", 10, ge=0)
+    accumulate_grad_batches: int = setting(
+        1,
+        "1 or more (the batches whose gradients each optimizer step sums; 1: every batch)",
+        2,
+        ge=1,
+    )
+    reload_dataloaders_every_n_epochs: int = setting(0, "0 (never) or more", ge=0)
+    val_check_interval: Annotated[Batches, Field(gt=0)] | str | dict | None = setting(
+        None,
+        "more than 0 (a whole number of batches, or a fraction of an epoch up to 1.0), or a "
+        "duration DD:HH:MM:SS",
+        0.5,
+    )
 
 
-@dataclass
-class Strategy:
-    split_weights: list[float] | None = field(default=None, metadata={"example": "[0.6,0.4]"})
+class Strategy(Node):
+    split_weights: list[float] | None = setting(None, example="[0.6,0.4]")
     trace_shapes: bool = False
-    trace_steps: int = 2
+    trace_steps: int = setting(2, "0 or more", ge=0)
     start_method: StartMethod = "auto"
-    timeout_s: float = 300.0
+    timeout_s: float = setting(
+        300.0, f"positive, at most {MAX_TIMEOUT_S} (a week)", gt=0, le=MAX_TIMEOUT_S
+    )
 
 
-@dataclass
-class StepLR:
-    step_size: int = 5
-    gamma: float = 0.1
+class StepLR(Node):
+    step_size: int = setting(5, "1 or more (epochs between two decays)", ge=1)
+    gamma: float = setting(0.1, "positive", gt=0)
 
 
-@dataclass
-class CosineAnnealingLR:
-    T_max: int = 10
-    eta_min: float = 0.0
+class CosineAnnealingLR(Node):
+    T_max: int = setting(10, "1 or more (the epochs the cosine decays over)", ge=1)
+    eta_min: float = setting(0.0, "0 or more", ge=0)
 
 
-@dataclass
-class Compile:  # model.compile as torch.compile's keyword arguments
+class Compile(Node):  # model.compile as torch.compile's keyword arguments
     fullgraph: bool = False
     dynamic: bool | None = None
     backend: str = "inductor"
-    mode: str | None = field(default=None, metadata={"example": "max-autotune"})
-    options: dict | None = field(default=None, metadata={"example": "{}"})
+    mode: str | None = setting(None, example="max-autotune")
+    options: dict | None = setting(None, example="{}")
     disable: bool = False
 
 
-SCHEMAS: dict[str, type] = {
+SCHEMAS: dict[str, type[Node]] = {
     "": Top,
     "data": Data,
     "model": Model,
@@ -185,7 +251,7 @@ SCHEMAS: dict[str, type] = {
     "strategy": Strategy,
 }
 # model.scheduler's keys depend on the scheduler it names.
-SCHEDULERS: dict[str, type] = {STEP_LR: StepLR, COSINE: CosineAnnealingLR}
+SCHEDULERS: dict[str, type[Node]] = {STEP_LR: StepLR, COSINE: CosineAnnealingLR}
 OPTIONAL_NODES = ("model.lr_scaling",)  # null means none of it
 KINDS = {
     int: "an integer",
@@ -195,25 +261,52 @@ KINDS = {
     dict: "a map",
 }
 ABSENT = object()  # a key the config does not have (unlike one set to null)
+# What pydantic reports when a value of the right type is outside what its key takes.
+OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "value_error"}
+
+
+def default_of(schema: type[Node], name: str) -> Any:
+    return schema.model_fields[name].get_default(call_default_factory=True)
+
+
+def defaults() -> dict[str, Any]:
+    """Every key the schema declares (the schedulers' aside), with its shipped default."""
+    return {
+        f"{path}.{name}".lstrip("."): default_of(schema, name)
+        for path, schema in SCHEMAS.items()
+        for name in schema.model_fields
+    }
 
 
 def choices() -> dict[str, tuple[str, ...]]:
     """The keys whose value names a choice (annotated with a ``Literal`` type), and the names
     each accepts."""
-    found: dict[str, tuple[str, ...]] = {}
-    for path, schema in SCHEMAS.items():
-        for name, hint in typing.get_type_hints(schema).items():
-            if typing.get_origin(hint) is typing.Literal:
-                found[f"{path}.{name}" if path else name] = typing.get_args(hint)
-    return found
+    return {
+        f"{path}.{name}".lstrip("."): typing.get_args(info.annotation)
+        for path, schema in SCHEMAS.items()
+        for name, info in schema.model_fields.items()
+        if typing.get_origin(info.annotation) is typing.Literal
+    }
+
+
+def ranges() -> dict[str, str]:
+    """Every key with a declared range, and the words that say it."""
+    nodes = [*SCHEMAS.items(), *(("model.scheduler", s) for s in SCHEDULERS.values())]
+    return {
+        f"{path}.{name}".lstrip("."): info.description
+        for path, schema in nodes
+        for name, info in schema.model_fields.items()
+        if info.description
+    }
 
 
 # The config, resolved ----------------------------------------------------------------------------
 def config_tree(cfg: DictConfig) -> dict[str, Any]:
     """The nodes the schemas describe as plain values, interpolations resolved: one that
     cannot be (``${nosuch}``, a missing environment variable) is one line naming its key."""
-    top = {f.name for f in fields(Top)}
-    roots = [key for key in cfg if key in top or key in {p.split(".")[0] for p in SCHEMAS}]
+    roots = [
+        key for key in cfg if key in Top.model_fields or key in {p.split(".")[0] for p in SCHEMAS}
+    ]
     tree: dict[str, Any] = {}
     for key in roots:
         try:
@@ -244,7 +337,7 @@ def target_of(node: Any) -> str | None:
     return target if isinstance(target, str) else None
 
 
-def node_schemas(tree: Mapping[str, Any]) -> Iterator[tuple[str, type]]:
+def node_schemas(tree: Mapping[str, Any]) -> Iterator[tuple[str, type[Node]]]:
     """Every (node path, schema) that applies to this config."""
     yield from SCHEMAS.items()
     scheduler = select(tree, "model.scheduler")
@@ -254,36 +347,32 @@ def node_schemas(tree: Mapping[str, Any]) -> Iterator[tuple[str, type]]:
         yield "model.compile", Compile
 
 
-# Types -------------------------------------------------------------------------------------------
-def fits(value: Any, annotation: Any) -> bool:
-    """Whether ``value`` is of the type ``annotation`` names, strictly (a bool is no number)."""
-    if annotation is Any:
-        return True
-    args = typing.get_args(annotation)
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return any(fits(value, a) for a in args)
-    if annotation is type(None):
-        return value is None
-    if typing.get_origin(annotation) is list:
-        return isinstance(value, list) and all(fits(v, args[0]) for v in value)
-    if typing.get_origin(annotation) is typing.Literal:  # a choice: which one, settings check
+# The two passes --------------------------------------------------------------------------------
+def refusals(
+    tree: Mapping[str, Any], nodes: tuple[str, ...] = ()
+) -> Iterator[tuple[str, str, Any, FieldInfo, bool]]:
+    """(node path, key, value, field, whether its type is wrong) of every value its model
+    refuses, node by node in the schema's order (of ``nodes`` only, if given)."""
+    for path, schema in node_schemas(tree):
+        node = select(tree, path)
+        if not isinstance(node, Mapping) or nodes and not f"{path}.".startswith(nodes):
+            continue
+        try:
+            schema.model_validate(dict(node))
+        except ValidationError as refused:
+            by_key: dict[str, list[dict]] = {}
+            for error in refused.errors():
+                by_key.setdefault(str(error["loc"][0]), []).append(error)
+            for name, errors in by_key.items():
+                wrong_type = not any(is_out_of_range(e, node[name]) for e in errors)
+                yield path, name, node[name], schema.model_fields[name], wrong_type
+
+
+def is_out_of_range(error: Mapping[str, Any], value: Any) -> bool:
+    """A value of the key's type that its range or its names refuse."""
+    if error["type"] == "literal_error":
         return isinstance(value, str)
-    if annotation in (int, float):
-        numbers = (int,) if annotation is int else (int, float)
-        return isinstance(value, numbers) and not isinstance(value, bool)
-    return isinstance(value, annotation)
-
-
-def kind(annotation: Any) -> str:
-    """How a type reads in an error message."""
-    if typing.get_origin(annotation) is typing.Literal:
-        return "a name"
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) is list:
-        return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"
-    if args:  # X | None
-        return f"{kind(args[0])} or null"
-    return KINDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
+    return error["type"] in OUT_OF_RANGE
 
 
 def check_types(cfg: DictConfig) -> None:
@@ -291,33 +380,54 @@ def check_types(cfg: DictConfig) -> None:
     tree = config_tree(cfg)
     for path, schema in node_schemas(tree):
         node = select(tree, path)
-        if node is ABSENT or (node is None and path in OPTIONAL_NODES):
+        if node is ABSENT or (node is None and path in OPTIONAL_NODES) or isinstance(node, Mapping):
             continue
-        if not isinstance(node, Mapping):
-            first = fields(schema)[0]
-            shown = "null" if node is None else repr(node)
-            raise UserError(
-                f"{path}={shown} must be a group of settings, e.g. "
-                f"{path}.{first.name}={as_override(example_of(first))}"
-            )
-        try:
-            check_node(path, node, schema)
-        except UserError as err:
-            raise UserError(str(err) + interpolation_note(cfg, str(err).split("=")[0])) from None
+        first, info = next(iter(schema.model_fields.items()))
+        raise UserError(
+            f"{path}={shown(node)} must be a group of settings, e.g. "
+            f"{path}.{first}={as_override(example_of(info))}"
+        )
+    for path, name, value, info, wrong_type in refusals(tree):
+        if wrong_type:
+            key = f"{path}.{name}".lstrip(".")
+            example = f"{key}={as_override(example_of(info))}"
+            if info.annotation in (str, str | None) and isinstance(value, (int, float)):
+                example += f" (quote a name that looks like a number: {key}='{value}')"
+            message = f"{key}={shown(value)} must be {kind(info.annotation)}, e.g. {example}"
+            raise UserError(message + interpolation_note(cfg, key))
 
 
-def check_node(path: str, node: Mapping[str, Any], schema: type) -> None:
-    hints = typing.get_type_hints(schema)
-    for found in fields(schema):
-        value = node.get(found.name, ABSENT)
-        if value is ABSENT or fits(value, hints[found.name]):
-            continue
-        key = f"{path}.{found.name}" if path else found.name
-        example = f"{key}={as_override(example_of(found))}"
-        if hints[found.name] in (str, str | None) and isinstance(value, (int, float)):
-            example += f" (quote a name that looks like a number: {key}='{value}')"
-        shown = "null" if value is None else repr(value)
-        raise UserError(f"{key}={shown} must be {kind(hints[found.name])}, e.g. {example}")
+def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ()) -> None:
+    """Each number in its range and each choice one of its names (of ``nodes`` only, if
+    given); the types are right by now."""
+    for path, name, value, info, _ in refusals(tree, nodes):
+        key = f"{path}.{name}".lstrip(".")
+        if typing.get_origin(info.annotation) is typing.Literal:
+            names = ", ".join(typing.get_args(info.annotation))
+            raise UserError(f"{key}={value!r} is not known: use one of {names}")
+        example = f", e.g. {key}={as_override(example_of(info))}" if example_of(info) else ""
+        if isinstance(value, list):  # time_to_targets
+            raise UserError(f"{key}={value} must hold {info.description}{example}")
+        raise UserError(f"{key}={as_override(value)} must be {info.description}{example}")
+
+
+# Words ------------------------------------------------------------------------------------------
+def kind(annotation: Any) -> str:
+    """How a type reads in an error message."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return kind(typing.get_args(annotation)[0])
+    if origin is typing.Literal:
+        return "a name"
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if origin is list:
+        return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"
+    if origin in (typing.Union, types.UnionType):
+        kinds = [kind(a) for a in args]
+        return " or ".join(kinds) + (
+            " or null" if type(None) in typing.get_args(annotation) else ""
+        )
+    return KINDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def interpolation_note(cfg: DictConfig, key: str) -> str:
@@ -333,8 +443,19 @@ def interpolation_note(cfg: DictConfig, key: str) -> str:
     return f" (it follows {raw}: set {key} itself as well)"
 
 
-def example_of(found: Any) -> Any:
-    return found.metadata.get("example", found.default)
+def example(key: str) -> str:
+    """``, e.g. key=<its example>`` for a key of the schema's own nodes."""
+    path, _, name = key.rpartition(".")
+    info = SCHEMAS[path].model_fields[name]
+    return f", e.g. {key}={as_override(example_of(info))}" if example_of(info) else ""
+
+
+def example_of(info: FieldInfo) -> Any:
+    return info.examples[0] if info.examples else info.get_default(call_default_factory=True)
+
+
+def shown(value: Any) -> str:
+    return "null" if value is None else repr(value)
 
 
 def as_override(value: Any) -> str:

@@ -1,8 +1,9 @@
 """The run, resolved once: the composed config turned into one frozen description of where and
 how it runs (device kind and ids, how many processes and who starts them, the global and
 per-process batch, the effective learning rate), with every check of the config's values here:
-types (``multigpu.config.schema``), then the keys each node may have, finiteness, ranges (one table,
-``RANGES``) and names, then the cross-checks between values, the machine and the data's sizes.
+types (the declared models of ``multigpu.config.schema``), then the keys each node may have,
+finiteness, ranges and names (the same models), then the cross-checks between values, the
+machine and the data's sizes.
 
 A pure function of the config and of what it is told about the machine (``Machine``): it
 imports neither torch nor Lightning, so a mistake is answered before they load (in about a
@@ -15,7 +16,7 @@ import math
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,18 +50,20 @@ from multigpu.config.names import (
     TOP_NODES,
     TRAINER_ARGUMENTS,
 )
-from multigpu.config.schema import (
+from multigpu.config.schema import (  # noqa: F401 (the limits: this module's too)
     ABSENT,
+    MAX_SEED,
+    MAX_WIDTH,
     Top,
     as_override,
+    check_ranges_and_names,
     check_types,
     config_tree,
-    example_of,
-    node_schemas,
+    example,
+    ranges,
     select,
     target_of,
 )
-from multigpu.config.schema import choices as schema_choices
 from multigpu.config.typos import closest, did_you_mean
 
 # How each option of the ``strategy`` group places its work on the devices.
@@ -79,14 +82,8 @@ PLACEMENTS = {
 REPLICAS_ON_ONE_DEVICE = ("scatter_allreduce",)
 # Without any of these, no GPU driver is loaded, so torch would see no GPU either.
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
-MAX_SEED = 2**32 - 1  # what seed_everything accepts
 MAX_INT = 2**63 - 1  # torch keeps integers (sizes, indices) in 64 bits
 MAX_DEVICES = 1024  # per node: more than any machine has
-MAX_WORKERS = 256  # data.num_workers: processes started per loader
-MAX_WIDTH = 2048  # model.net.width: 46 billion parameters at 4096, more than any GPU holds
-MAX_SYNTHETIC = 1_000_000  # data=synthetic images, held in memory (3 KB each)
-MAX_CLASSES = 100_000
-MAX_TIMEOUT_S = 7 * 24 * 3600  # strategy.timeout_s: Python's timedelta overflows far beyond
 SYNTHETIC_SIZES = {"num_train": 1024, "num_test": 256, "num_classes": 10}  # its defaults
 # hydra/launcher options whose jobs run under srun, which starts every node's processes.
 CLUSTER_LAUNCHERS = ("slurm", "submitit_slurm")
@@ -301,124 +298,12 @@ def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
 
 
 # Values that stand alone -----------------------------------------------------------------------
-@dataclass(frozen=True)
-class Range:
-    """The values a number may take: ``least`` to ``most`` (an end left out when ``above`` /
-    ``below``), or one of ``also`` (-1: no limit); ``wanted`` says so in the error."""
-
-    wanted: str
-    least: float = -math.inf
-    most: float = math.inf
-    above: bool = False
-    below: bool = False
-    also: tuple[int, ...] = ()
-    whole_above_one: bool = False  # Lightning's batch counts: a fraction up to 1, else whole
-
-    def holds(self, value: float) -> bool:
-        low = value > self.least if self.above else value >= self.least
-        high = value < self.most if self.below else value <= self.most
-        whole = not self.whole_above_one or value <= 1 or value % 1 == 0
-        return value in self.also or (low and high and whole)
-
-
-POSITIVE = Range("a positive integer", 1)
-NO_LIMIT = Range("-1 (no limit) or more than 0", 1, also=(-1,))
-SUBSET = Range("a positive integer (or null: every image)", 1)
-BATCHES = Range(
-    "0 or more (a whole number of batches, or a fraction up to 1.0)", 0, whole_above_one=True
-)
-SYNTHETIC_COUNT = Range(
-    f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)", 1, MAX_SYNTHETIC
-)
-# The range of every number of the config, in one table: what torch, Lightning or the OS would
-# refuse mid-run, or silently make nonsense of (a zero-epoch run, a momentum that never decays).
-RANGES: dict[str, Range] = {
-    "seed": Range(f"between 0 and {MAX_SEED} (or null)", 0, MAX_SEED),
-    "check_finite_every_n_steps": Range("1 or more", 1),
-    "data.batch_size": POSITIVE,
-    "data.batch_size_per_device": Range("a positive integer (or null to use data.batch_size)", 1),
-    "data.num_workers": Range(f"between 0 and {MAX_WORKERS}", 0, MAX_WORKERS),
-    "data.crop_padding": Range("between 0 and 28 (the images' size)", 0, 28),
-    "data.train_subset": SUBSET,
-    "data.test_subset": SUBSET,
-    "data.val_size": Range("0 or more", 0),
-    "data.seed": Range(f"between 0 and {MAX_SEED}", 0, MAX_SEED),
-    "data.num_train": SYNTHETIC_COUNT,
-    "data.num_test": SYNTHETIC_COUNT,
-    "data.num_classes": Range(f"between 2 and {MAX_CLASSES}", 2, MAX_CLASSES),
-    "model.net.num_classes": Range("2 or more", 2),
-    "model.net.in_channels": Range("1 or more", 1),
-    "model.net.width": Range(
-        f"a positive integer, at most {MAX_WIDTH} (already 11 billion parameters)", 1, MAX_WIDTH
-    ),
-    "model.net.init_std": Range("positive, or null", 0, above=True),
-    "model.label_smoothing": Range("0 or more and less than 1", 0, 1, below=True),
-    "model.optimizer.lr": Range("a positive number", 0, above=True),
-    "model.optimizer.momentum": Range("0 or more and less than 1", 0, 1, below=True),
-    "model.optimizer.dampening": Range("between 0 and 1", 0, 1),
-    "model.optimizer.weight_decay": Range("0 or more", 0),
-    "model.lr_scaling.base_batch": POSITIVE,
-    "model.lr_scaling.warmup_epochs": Range("0 or more", 0),
-    # Every number Lightning's Trainer takes (tests/test_validation_generated.py holds the
-    # table to Trainer's signature): what it refuses only once built, or mid-run, or not at all.
-    "trainer.num_nodes": POSITIVE,
-    "trainer.max_epochs": NO_LIMIT,
-    "trainer.min_epochs": Range("0 or more, or null", 0),
-    "trainer.max_steps": NO_LIMIT,
-    "trainer.min_steps": Range("0 or more, or null", 0),
-    "trainer.fast_dev_run": Range("true, false or a number of batches (0 or more)", 0),
-    "trainer.limit_train_batches": Range(
-        "more than 0 (a whole number of batches per epoch, or a fraction of them up to 1.0): at "
-        "0 nothing trains",
-        0,
-        above=True,
-        whole_above_one=True,
-    ),
-    "trainer.limit_val_batches": Range(  # 0: no test set at all (the benchmark's steps)
-        "0 (no evaluation: no test accuracy) or more (a whole number of batches, or a fraction "
-        "up to 1.0)",
-        0,
-        whole_above_one=True,
-    ),
-    "trainer.limit_test_batches": BATCHES,
-    "trainer.limit_predict_batches": BATCHES,
-    "trainer.overfit_batches": Range(
-        "0 (off) or more (a whole number of batches, or a fraction up to 1.0)",
-        0,
-        whole_above_one=True,
-    ),
-    "trainer.val_check_interval": Range(
-        "more than 0 (a whole number of batches, or a fraction of an epoch up to 1.0), or a "
-        "duration DD:HH:MM:SS",
-        0,
-        above=True,
-        whole_above_one=True,
-    ),
-    "trainer.num_sanity_val_steps": Range("-1 (all) or more", -1),
-    "trainer.gradient_clip_val": Range("0 or more (0: no clipping), or null", 0),
-    "trainer.log_every_n_steps": Range("1 or more", 1),
-    "trainer.check_val_every_n_epoch": Range("1 or more", 1),
-    "trainer.accumulate_grad_batches": Range(
-        "1 or more (the batches whose gradients each optimizer step sums; 1: every batch)", 1
-    ),
-    "trainer.reload_dataloaders_every_n_epochs": Range("0 (never) or more", 0),
-    "strategy.timeout_s": Range(
-        f"positive, at most {MAX_TIMEOUT_S} (a week)", 0, MAX_TIMEOUT_S, above=True
-    ),
-    "strategy.trace_steps": Range("0 or more", 0),
-    # After the trainer's: T_max follows trainer.max_epochs, which is then named first.
-    "model.scheduler.step_size": Range("1 or more (epochs between two decays)", 1),
-    "model.scheduler.gamma": Range("positive", 0, above=True),
-    "model.scheduler.T_max": Range("1 or more (the epochs the cosine decays over)", 1),
-    "model.scheduler.eta_min": Range("0 or more", 0),
-}
-NAMES = schema_choices()  # the values that name a choice: the schema's Literal types
 PATHS = {  # what may be given besides a path
     "ckpt_path": ", or null",
     "data.root": "",
     "data.source": ", or null (it follows MULTIGPU_DATA: unset that if it is empty)",
 }
-TOP_KEYS = (*(f.name for f in fields(Top)), *TOP_NODES)  # the config's own keys and its nodes
+TOP_KEYS = (*Top.model_fields, *TOP_NODES)  # the config's own keys and its nodes
 # The nodes training builds from; eval.py's config has only some of them.
 REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")
 
@@ -437,31 +322,12 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
     check_cosine_length(tree)
     check_max_time(select(tree, "trainer.max_time"))
     check_ranges_and_names(tree)
-    check_targets(select(tree, "time_to_targets"))
     compile = select(tree, "model.compile")
     if not isinstance(compile, (bool, Mapping)) and compile not in (None, ABSENT):
         raise UserError(
             f"model.compile={compile!r} must be true, false, or torch.compile's arguments, "
             "e.g. model.compile={mode:max-autotune}"
         )
-
-
-def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ()) -> None:
-    """Each number in its range and each choice one of its names (of ``nodes`` only, if
-    given)."""
-
-    def chosen(key: str) -> bool:
-        return not nodes or key.startswith(nodes)
-
-    for key, wanted in RANGES.items():
-        value = select(tree, key)
-        if chosen(key) and is_number(value) and not wanted.holds(value):
-            raise UserError(
-                f"{key}={as_override(value)} must be {wanted.wanted}{example(tree, key)}"
-            )
-    for key, names in NAMES.items():
-        if chosen(key):
-            one_of(key, select(tree, key), names)
 
 
 def check_evaluation(cfg: DictConfig, choices: Mapping[str, str]) -> None:
@@ -490,28 +356,6 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_targets(targets: Any) -> None:
-    """Test accuracies to time the run to: fractions, not percentages."""
-    if not isinstance(targets, (list, tuple)):
-        return  # absent (the schema has checked its type)
-    wrong = [t for t in targets if not (is_number(t) and 0 < t <= 1)]
-    if wrong:
-        raise UserError(
-            f"time_to_targets={list(targets)} must hold accuracies above 0 and at most 1, "
-            "e.g. time_to_targets=[0.85,0.9]"
-        )
-
-
-def example(tree: Mapping[str, Any], key: str) -> str:
-    """``, e.g. key=<the shipped value>`` where the schema has one."""
-    path, _, name = key.rpartition(".")
-    for node, schema in node_schemas(tree):
-        found = [f for f in fields(schema) if node == path and f.name == name]
-        if found and example_of(found[0]) is not None:
-            return f", e.g. {key}={as_override(example_of(found[0]))}"
-    return ""
-
-
 def check_numbers(node: Any, key: str = "") -> None:
     """Every number anywhere in the config is finite, and every integer fits the 64 bits torch
     keeps integers in: NaN or infinity would train (and "diverge") rather than fail."""
@@ -538,7 +382,7 @@ def check_paths(tree: Mapping[str, Any]) -> None:
     for key, or_null in PATHS.items():
         value = select(tree, key)
         if value == "":
-            raise UserError(f"{key}='' names no path: give one{example(tree, key)}{or_null}")
+            raise UserError(f"{key}='' names no path: give one{example(key)}{or_null}")
         if isinstance(value, str) and "\0" in value:
             raise UserError(f"{key}={value!r} contains a NUL character, which no path can hold")
 

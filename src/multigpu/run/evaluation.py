@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
 from multigpu.config.names import MATMUL_PRECISIONS
-from multigpu.config.schema import Top, check_types, config_tree
+from multigpu.config.schema import Top, check_types, config_tree, default_of
 from multigpu.config.settings import (
     Machine,
     check_evaluation,
@@ -46,7 +46,7 @@ def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
     from multigpu.storage.checkpoint import stored_settings
 
     key = "float32_matmul_precision"
-    value = (stored_settings(checkpoint) or {}).get(key, Top.float32_matmul_precision)
+    value = (stored_settings(checkpoint) or {}).get(key, default_of(Top, key))
     if value not in MATMUL_PRECISIONS:
         raise UserError(
             f"ckpt_path={path} records {key}={value!r}, which is not one of "

@@ -33,7 +33,7 @@ from multigpu.callbacks.interrupts import after_training_notice, stop_signal
 from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
 from multigpu.config.launch import requeue_on_warning, slurm_started, stop_signals
-from multigpu.config.schema import Top
+from multigpu.config.schema import Top, default_of
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.admission import Admission
@@ -180,7 +180,9 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     run, ckpt_path = admission.run, admission.ckpt_path
     checkpoints = admission.checkpoints or output_dir / "checkpoints"
     quiet()
-    matmul_precision = cfg.get("float32_matmul_precision", Top.float32_matmul_precision)
+    matmul_precision = cfg.get(
+        "float32_matmul_precision", default_of(Top, "float32_matmul_precision")
+    )
     torch.set_float32_matmul_precision(matmul_precision)  # before the device is set up
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
