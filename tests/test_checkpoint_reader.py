@@ -27,7 +27,6 @@ from packaging.version import Version
 from multigpu.config.errors import UserError
 from multigpu.storage.checkpoint import (
     DIGEST,
-    HISTORY,
     RESUME_STATE,
     check_resumable,
     classifier,
@@ -39,6 +38,7 @@ from multigpu.storage.checkpoint import (
     load_network,
     stored_settings,
 )
+from multigpu.storage.checkpoint_model import HISTORY
 from multigpu.storage.ckpt_path import checkpoint_file
 
 FEW = examples(50)
@@ -518,6 +518,12 @@ REPLACEMENTS = {
     "bool": lambda: True,
     "tensor": lambda: torch.zeros(3),
     "deep": lambda: deep_list(60),
+    # What a strict reader could still take for a number, a list or a dict of names.
+    "scalar_tensor": lambda: torch.tensor(0.5),
+    "one_value_tensor": lambda: torch.ones(1),
+    "nan": lambda: float("nan"),
+    "tuple": lambda: (1, 2),
+    "numbered_keys": lambda: {0: 1},
 }
 VERSIONS = ["0.5.0", "1.9.5", "2.3.3", "2.4.0", "2.5.1", pl.__version__, "2.99", "banana", ""]
 
