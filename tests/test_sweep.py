@@ -206,7 +206,7 @@ def test_optuna_and_slurm_configs_compose():
             ],
             return_hydra_config=True,
         )
-    assert cfg.hydra.sweeper._target_.endswith("OptunaSweeper")
+    assert cfg.hydra.sweeper._target_.endswith("multigpu_sweeper.optuna_trials.OptunaTrials")
     assert cfg.hydra.sweeper.direction == "maximize"
     assert set(cfg.hydra.sweeper.params) == {"model.optimizer.lr", "data.batch_size"}
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")

@@ -30,6 +30,7 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 from omegaconf import OmegaConf
 
 from multigpu.config.job_names import sweep_job_folder
+from multigpu.run.objective import job_ending
 from multigpu.storage.outcome import Outcome, summary_line
 from multigpu.storage.record import record_ending
 
@@ -142,7 +143,7 @@ class SubmititJobs(SubmititSlurmLauncher):
     def result(self, number: int, job: Any, overrides: list[str], sweep_dir: Path) -> JobReturn:
         """The job's own return; for a job that never ran (cancelled, or killed before Hydra
         could report), a record saying why in its folder, so that the sweep's report lists it
-        as failed, and NaN for the sweeper (as a failed job returns)."""
+        as failed, and a failed ending for the sweeper (as a failed job returns)."""
         if job.paths.result_pickle.exists():
             return job.results()[0]
         reason = self.cancelled.get(job.job_id) or (
@@ -152,7 +153,7 @@ class SubmititJobs(SubmititSlurmLauncher):
         folder = sweep_dir / sweep_job_folder(overrides, number)
         record_ending(folder / "metrics.json", Outcome("failed", summary_line(reason), 1))
         ended = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
-        ended._return_value = float("nan")
+        ended._return_value = job_ending(None, "failed")
         return ended
 
 

@@ -22,6 +22,7 @@ from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine
 from multigpu.run.admission import RUN_FOLDER, admit, finished_notice, written_folders
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.optuna_check import is_optuna, optuna_probe_jobs
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ownership import acquire_all
@@ -64,11 +65,14 @@ def check_creatable_folder(folder: str, key: str) -> None:
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
-    """Each job's overrides, as Hydra's basic sweeper will launch them; None for a sweeper
-    that chooses its jobs as it goes (Optuna), whose jobs are admitted one by one."""
+    """Each job's overrides, as Hydra's basic sweeper will launch them; for an Optuna study,
+    whose sweeper draws its jobs as it goes, jobs that take every value a searched key can be
+    drawn at (``multigpu.run.optuna_check``); None for another sweeper."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    if is_optuna(config):
+        return optuna_probe_jobs(config)
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     params = config.hydra.sweeper.get("params") or {}
@@ -79,10 +83,15 @@ def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
 
 def check_sweep(config: DictConfig) -> None:
     """Every job's config and folder, before the first job starts: a sweep with jobs that
-    cannot run is refused in one line that lists them."""
+    cannot run is refused in one line that lists them. An Optuna study's trials are not
+    known yet: its settings, and every value it can draw, are checked instead."""
     from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
 
-    jobs = sweep_jobs(config)
+    try:
+        jobs = sweep_jobs(config)
+    except UserError as err:
+        refuse(message(err), err.exit_code)
     if not jobs:
         return
     loader = GlobalHydra.instance().config_loader()
@@ -99,12 +108,16 @@ def check_sweep(config: DictConfig) -> None:
             admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
         except UserError as err:
             problems.append(f"job {number} ({name}): {message(err)}")
-        except OmegaConfBaseException as err:  # a value that cannot be resolved, say
+        except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
             problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
-    problems = shared_folders(written) + problems
+    if is_optuna(config):  # its trials' folders are named by values drawn later
+        what = "trials at the ends of the search space (hydra.sweeper.params)"
+    else:
+        problems = shared_folders(written) + problems
+        what = "jobs"
     if problems:
         refuse(
-            f"{len(problems)} of {len(jobs)} jobs cannot run, so none was started: "
+            f"{len(problems)} of {len(jobs)} {what} cannot run, so none was started: "
             + " | ".join(problems),
             UserError.exit_code,
         )

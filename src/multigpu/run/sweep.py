@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError
 from multigpu.config.job_names import share_swept_keys
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.objective import job_ending
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record_file import records_below
@@ -40,9 +41,9 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
         except Exception as err:
             if not isinstance(err, (UserError, RunStopped)):  # a bug: keep the traceback in the log
                 log.error("job failed", exc_info=True)
-            reason = outcome_of(err).reason
-            print(f"error: job {HydraConfig.get().job.num} failed: {reason}", file=sys.stderr)
-            return float("nan")  # Optuna records a NaN objective as a failed trial
+            outcome, number = outcome_of(err), HydraConfig.get().job.num
+            print(f"error: job {number} failed: {outcome.reason}", file=sys.stderr)
+            return job_ending(None, outcome.status)  # Optuna: a pruned or failed trial
 
     return wrapper
 

@@ -1,0 +1,271 @@
+"""Optuna sweeps (``hparams_search=optuna``): each trial is told to Optuna as its run ended (a
+diverged one pruned, a failed one failed) and the study goes on to its last trial and the
+sweep's report; whatever Optuna or its sweeper would refuse mid-study is refused before the
+first trial, in one line, with nothing written."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import CONF, TINY, examples, run_script
+from hydra import initialize_config_dir
+from hypothesis import given
+from hypothesis import strategies as st
+
+from multigpu.run.cli import register_resolvers
+from multigpu.run.objective import TRIAL_STATES, JobEnding, job_ending, returned_ending
+
+
+def params(space: dict[str, str]) -> str:
+    """``hydra.sweeper.params`` given these entries on the command line (the others stay)."""
+    entries = ", ".join(f'{key}: "{value}"' for key, value in space.items())
+    return f"hydra.sweeper.params={{{entries}}}"
+
+
+STUDY = ["hparams_search=optuna", *TINY, "data=synthetic", "data.num_train=64"]
+STUDY += ["data.num_test=32", "check_finite_every_n_steps=1"]
+STUDY += [params({"data.batch_size": "choice(16, 32)"})]  # batches the 64 samples hold
+
+
+def checked(overrides: list[str], tmp_path: Path) -> int:
+    """The exit status of the checks a sweep passes before its folder is made
+    (``Preflight.on_multirun_start``'s ``check_sweep``), in this process, on the config
+    ``train.py -m`` composes."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+
+    from multigpu.run.preflight import check_sweep
+
+    register_resolvers()
+    sweep = [*STUDY, *overrides, f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        config = loader.load_configuration("config", sweep, run_mode=RunMode.MULTIRUN)
+        try:
+            check_sweep(config)
+        except SystemExit as stop:
+            return stop.code
+    return 0
+
+
+def refused(overrides: list[str], tmp_path: Path, capsys) -> str:
+    """The one ``error:`` line a sweep is refused with (exit 2), nothing written."""
+    code = checked(overrides, tmp_path)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert list(tmp_path.iterdir()) == []
+    return lines[0]
+
+
+# --- what a job returns: one ending per status, Optuna's state declared once -----------------
+
+
+def test_every_status_a_run_ends_with_has_a_declared_trial_state():
+    from multigpu.storage.record_file import STATUSES
+
+    assert set(TRIAL_STATES) == set(STATUSES) - {"running"}
+    assert TRIAL_STATES["completed"] == "COMPLETE" and TRIAL_STATES["diverged"] == "PRUNED"
+
+
+@examples(60)
+@given(
+    status=st.sampled_from(sorted(TRIAL_STATES)),
+    test_acc=st.none() | st.floats(allow_nan=True, allow_infinity=True) | st.integers(0, 1),
+)
+def test_a_trial_has_a_value_exactly_when_its_run_completed_with_one(status, test_acc):
+    ending = job_ending({"status": status, "test_acc": test_acc})
+    finite = test_acc is not None and math.isfinite(test_acc)
+    assert (ending.value is not None) == (status == "completed" and finite)
+    assert ending.status == (status if status != "completed" or finite else "failed")
+    assert (ending.trial_state == "COMPLETE") == (ending.value is not None)
+    assert returned_ending(ending) == ending
+
+
+def test_a_job_that_raised_ends_with_its_status_and_no_value():
+    assert job_ending(None, "diverged") == JobEnding("diverged")
+    assert job_ending(None, "interrupted").trial_state == "FAIL"
+    assert returned_ending(float("nan")) == returned_ending(None) == JobEnding("failed")
+    assert returned_ending(0.5) == JobEnding("completed", 0.5)
+    with pytest.raises(ValueError, match="objective"):
+        JobEnding("diverged", 0.5)
+
+
+# --- refused before the first trial --------------------------------------------------------
+
+# Each setting Optuna or Hydra's Optuna sweeper fails on mid-study (before: a traceback, exit
+# 1, or a study that runs and says nothing), and what the one line names.
+REFUSED = {
+    "no_trials": (["hydra.sweeper.n_trials=0"], "hydra.sweeper.n_trials=0"),
+    "no_jobs": (["hydra.sweeper.n_jobs=0"], "hydra.sweeper.n_jobs=0"),
+    "direction_misspelt": (["hydra.sweeper.direction=maximise"], "direction=maximise"),
+    "direction_minimize": (["hydra.sweeper.direction=minimize"], "direction=minimize"),
+    "two_objectives": (["hydra.sweeper.direction=[maximize,minimize]"], "[maximize,minimize]"),
+    "unknown_sampler": (
+        ["hydra.sweeper.sampler._target_=optuna.samplers.NopeSampler"],
+        "_target_=optuna.samplers.NopeSampler",
+    ),
+    "log_range_from_zero": (
+        [params({"model.optimizer.lr": "tag(log, interval(0, 0.5))"})],
+        "model.optimizer.lr=tag(log, interval(0, 0.5))",
+    ),
+    "range_reversed": (["model.optimizer.lr=interval(0.5,0.01)"], "interval(0.5,0.01)"),
+    "unparsable_range": (
+        [params({"model.optimizer.lr": "interval(0.5)"})],
+        "model.optimizer.lr=interval(0.5)",
+    ),
+    "no_such_key": (
+        ["++" + params({"model.optimizer.lrr": "interval(0.01, 0.5)"})],
+        "model.optimizer.lrr is not a key of the config (did you mean model.optimizer.lr?)",
+    ),
+    "a_choice_no_job_takes": (
+        [params({"data.batch_size": "choice(16, -4)"})],
+        "data.batch_size=-4 must be a positive integer",
+    ),
+    "nothing_to_search": (["hydra.sweeper.params=null"], "hydra.sweeper.params is empty"),
+    "max_failure_rate": (["hydra.sweeper.max_failure_rate=0.5"], "max_failure_rate=0.5"),
+    "storage_not_a_url": (["hydra.sweeper.storage=not-a-url"], "storage=not-a-url"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_setting_optuna_would_fail_on_is_refused_before_any_trial(case, tmp_path, capsys):
+    overrides, named = REFUSED[case]
+    assert named in refused(overrides, tmp_path, capsys)
+
+
+def test_hydras_own_optuna_sweeper_is_refused_for_the_projects(tmp_path, capsys):
+    line = refused(["hydra.sweeper._target_=" + HYDRA_OPTUNA], tmp_path, capsys)
+    assert "use hparams_search=optuna" in line
+
+
+HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+# Names Hydra reads as themselves (not null, true, nan: values of other types).
+NAME = st.from_regex(r"[a-z][a-z_]{0,10}", fullmatch=True).filter(
+    lambda name: name not in ("null", "true", "false", "nan", "inf")
+)
+POSITIVE = st.floats(1e-6, 10.0)
+
+
+@st.composite
+def bad_settings(draw) -> tuple[list[str], str]:
+    """(overrides, what the refusal names): one drawn setting no study can run with."""
+    kind = draw(st.sampled_from(["count", "direction", "range", "log", "key", "sampler"]))
+    if kind == "count":
+        key = draw(st.sampled_from(["n_trials", "n_jobs"]))
+        setting = f"hydra.sweeper.{key}={draw(st.integers(-1000, 0))}"
+        return [setting], setting
+    if kind == "direction":
+        direction = draw(NAME.filter(lambda d: d != "maximize"))
+        return [f"hydra.sweeper.direction={direction}"], f"direction={direction}"
+    if kind == "range":
+        low, high = sorted(draw(st.lists(POSITIVE, min_size=2, max_size=2, unique=True)))
+        entry = f"interval({high}, {low})"
+    elif kind == "log":
+        entry = f"tag(log, interval({draw(st.floats(-10.0, 0.0))}, 1.0))"
+    if kind in ("range", "log"):
+        return [params({"model.optimizer.lr": entry})], f"model.optimizer.lr={entry}"
+    if kind == "key":
+        key = f"model.optimizer.{draw(NAME.filter(lambda k: k not in OPTIMIZER_KEYS))}"
+        return ["++" + params({key: "interval(0.01, 0.5)"})], key
+    target = f"optuna.samplers.{draw(NAME).title().replace('_', '')}Nope"
+    return [f"hydra.sweeper.sampler._target_={target}"], target
+
+
+OPTIMIZER_KEYS = {"_target_", "_partial_", "lr", "momentum", "weight_decay"}
+
+
+@examples(20)
+@given(setting=bad_settings())
+def test_any_bad_study_setting_is_one_line_naming_it_and_nothing_is_written(
+    setting, tmp_path_factory, capsys
+):
+    overrides, named = setting
+    assert named in refused(overrides, tmp_path_factory.mktemp("sweep"), capsys)
+
+
+@examples(8)
+@given(
+    low=POSITIVE,
+    factor=st.floats(1.0, 100.0),
+    batches=st.lists(st.integers(1, 64), min_size=1, max_size=4, unique=True),
+)
+def test_any_search_space_of_values_a_run_takes_passes(low, factor, batches, tmp_path_factory):
+    space = {"model.optimizer.lr": f"tag(log, interval({low}, {low * factor}))"}
+    space["data.batch_size"] = f"choice({', '.join(map(str, batches))})"
+    assert checked([params(space)], tmp_path_factory.mktemp("sweep")) == 0
+
+
+# --- trials that diverge: told to Optuna, the study goes on, the report lists them ----------
+
+
+def read_summary(sweep: Path) -> list[dict[str, str]]:
+    with open(sweep / "summary.csv") as f:
+        return list(csv.DictReader(f))
+
+
+def test_a_diverged_trial_is_pruned_and_the_study_goes_on(tmp_path):
+    """The user's case: a drawn lr so large that the loss goes NaN. Before, Optuna's "Values
+    were told" traceback ended the study there, with no report. TPE's seed 0 draws the
+    diverging lr first, then the good one."""
+    space = params({"model.optimizer.lr": "choice(0.1, 1e12)"})
+    result = run_script(
+        "train.py",
+        "-m",
+        *STUDY,
+        space,
+        "data.batch_size=16",  # on the command line: not searched
+        "hydra.sweeper.n_trials=2",
+        "hydra.sweeper.sampler.seed=0",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]  # a trial did not complete
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: 1 of 2 jobs did not complete"
+    assert "trial 0 diverged: told Optuna PRUNED" in result.stdout + result.stderr
+    rows = {float(row["lr"]): row for row in read_summary(tmp_path)}
+    assert rows[1e12]["status"] == "diverged" and "diverged" in rows[1e12]["reason"]
+    assert rows[0.1]["status"] == "completed"
+    best = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert best["best_params"] == {"model.optimizer.lr": 0.1}
+    assert best["best_value"] == pytest.approx(float(rows[0.1]["test_acc"]))
+
+
+def test_a_study_whose_every_trial_diverges_still_ends_with_its_report(tmp_path):
+    space = params({"model.optimizer.lr": "interval(1e11, 1e12)"})
+    result = run_script(
+        "train.py",
+        "-m",
+        *STUDY,
+        space,
+        "data.batch_size=16",  # on the command line: not searched
+        "hydra.sweeper.n_trials=2",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: 2 of 2 jobs did not complete"
+    assert [row["status"] for row in read_summary(tmp_path)] == ["diverged", "diverged"]
+    assert not (tmp_path / "optimization_results.yaml").exists()  # no best value to save
+
+
+def test_a_refused_study_writes_nothing_from_the_command_line(tmp_path):
+    """The checks run where Hydra starts the sweep, before its sweeper is made."""
+    result = run_script(
+        "train.py",
+        "-m",
+        *STUDY,
+        "model.optimizer.lr=interval(0.5,0.01)",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("error: model.optimizer.lr=interval(0.5,0.01): The `low` value")
+    assert list(tmp_path.iterdir()) == []
