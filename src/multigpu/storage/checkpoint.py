@@ -22,7 +22,7 @@ from torch import nn
 
 from multigpu.config.errors import UserError
 from multigpu.models import resnet18
-from multigpu.storage.checkpoint_model import Checkpoint, clip, describe, explain
+from multigpu.storage.checkpoint_model import Checkpoint, clip, describe, explain, read
 from multigpu.storage.ckpt_path import PREVIOUS, checkpoint_file
 from multigpu.storage.outcome import summary_line
 
@@ -228,7 +228,7 @@ def check_structure(checkpoint: dict[str, Any], path: str | Path) -> None:
     check_version(checkpoint, Path(path))
     check_network_settings(checkpoint, Path(path))
     try:
-        Checkpoint.model_validate(checkpoint)
+        Checkpoint.model_validate(checkpoint)  # all of it, the weights' values too
     except ValidationError as err:
         raise UserError(
             f"ckpt_path={path} is malformed: {explain(err)}; it was edited, or not written by "
@@ -239,25 +239,25 @@ def check_structure(checkpoint: dict[str, Any], path: str | Path) -> None:
 # What a resume reads (of a checkpoint load_checkpoint returned) ---------------------------------
 def epoch_history(checkpoint: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The run's history (one entry per finished epoch), if the checkpoint carries one."""
-    history = Checkpoint.model_validate(checkpoint).history
+    history = read(checkpoint).history
     return None if history is None else [epoch.model_dump() for epoch in history]
 
 
 def finished_epochs(checkpoint: dict[str, Any]) -> int:
     """Epochs the checkpoint's run had finished (``Checkpoint.finished_epochs``)."""
-    return Checkpoint.model_validate(checkpoint).finished_epochs
+    return read(checkpoint).finished_epochs
 
 
 def stored_settings(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """The settings the checkpoint's run was trained with (``None``: written by a version
     that did not record them)."""
-    return Checkpoint.model_validate(checkpoint).settings
+    return read(checkpoint).settings
 
 
 def network_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
     """The ``model.net`` settings the checkpoint was trained with: plain values our network
     takes, nothing else, so nothing in the file chooses what gets built."""
-    net = Checkpoint.model_validate(checkpoint).hyper_parameters.net
+    net = read(checkpoint).hyper_parameters.net
     config = {k: v for k, v in net.items() if not k.startswith("_")}
     known = inspect.signature(resnet18).parameters
     unknown = [f"{k}={v!r}" for k, v in config.items() if k not in known]
@@ -271,7 +271,7 @@ def network_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, An
 
 def network_state(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
     """The network's own weights: the same keys under every strategy, no ``module.`` prefix."""
-    state = Checkpoint.model_validate(checkpoint).state_dict
+    state = read(checkpoint).state_dict
     return {k[len(NET_PREFIX) :]: v for k, v in state.items() if k.startswith(NET_PREFIX)}
 
 
@@ -326,7 +326,7 @@ def check_optimizer_fits(path: str | Path, checkpoint: dict[str, Any], net: nn.M
     fails at the first step). Called once the weights fit, so a mismatch means an edit."""
     shapes = [tuple(p.shape) for p in net.parameters()]
     edited = "it was edited, or not written by train.py"
-    for i, state in enumerate(Checkpoint.model_validate(checkpoint).optimizer_states or []):
+    for i, state in enumerate(read(checkpoint).optimizer_states or []):
         count = sum(len(group.params) for group in state.param_groups)
         if count != len(shapes):
             raise UserError(

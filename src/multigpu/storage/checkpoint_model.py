@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     InstanceOf,
     JsonValue,
+    ValidationInfo,
     WrapValidator,
     field_validator,
     model_validator,
@@ -33,6 +34,7 @@ SHAPED |= {"acc_delta", "grad_avg", "sum", "ax", "prev", "step_size"}
 WORDS = {"dict_type": "a dict", "model_type": "a dict", "list_type": "a list"}
 WORDS |= {"string_type": "a name (str)", "invalid_key": "a name (str)"}  # a dict's keys
 SAID = {"missing": "is missing", "too_short": "is empty, expected at least one"}
+READ = {"checked": True}  # the validation context of ``read``
 
 
 # Saying a place and a value ---------------------------------------------------------------------
@@ -114,10 +116,13 @@ def scalar(value: Any) -> Any:
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
-def finite(weights: torch.Tensor) -> torch.Tensor:
+def finite(weights: torch.Tensor, info: ValidationInfo) -> torch.Tensor:
     """Never saved by train.py (its divergence guard stops before the checkpoint): resumed,
-    such weights "diverge" at once; evaluated, they score chance."""
-    if weights.is_floating_point() and not bool(torch.isfinite(weights).all()):
+    such weights "diverge" at once; evaluated, they score chance. Scanned when a file is
+    checked, not each time a value of a checked one is read (``read``)."""
+    if info.context == READ or not weights.is_floating_point():
+        return weights
+    if not bool(torch.isfinite(weights).all()):
         raise wrong("holds NaN or infinite values")
     return weights
 
@@ -467,3 +472,9 @@ class Checkpoint(Strict):
                     "the two disagree"
                 )
         return self
+
+
+def read(checkpoint: Mapping[str, Any]) -> Checkpoint:
+    """The values of a checkpoint ``load_checkpoint`` returned, through the declarations that
+    checked it (a reader of one value does not scan the weights again)."""
+    return Checkpoint.model_validate(checkpoint, context=READ)
