@@ -244,8 +244,16 @@ def test_the_report_gives_wall_time_columns_and_the_accuracy_against_time_plot(t
 
 
 def test_a_wall_time_that_is_not_a_number_is_refused_by_the_reader(tmp_path):
-    write_job(tmp_path / "job", [{**DIPPING[0], "wall_s": "5"}])
-    with pytest.raises(BadRecord, match=r'history\[0\]\.wall_s is "5", not a number or null'):
+    with pytest.raises(ValueError, match="wall_s"):  # the writer builds no such record
+        summarize([{**DIPPING[0], "wall_s": "5"}], run_settings())
+    write_job(tmp_path / "job", DIPPING[:1])  # then made one by hand
+    path = tmp_path / "job" / "metrics.json"
+    written = json.loads(path.read_text())
+    written["history"][0]["wall_s"] = "5"
+    path.write_text(json.dumps(written))
+    with pytest.raises(
+        BadRecord, match=r'history\[0\]\.wall_s is "5", not a number from 0 or null'
+    ):
         read_record(tmp_path / "job" / "metrics.json")
     (row,) = summarize_jobs(load_jobs(tmp_path))
     assert row["status"] == "unreadable"

@@ -22,14 +22,14 @@ from lightning_utilities.core.rank_zero import rank_zero_only
 
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import Outcome
-from multigpu.storage.record_file import (  # noqa: F401 (SCHEMA, upgrade: this module's too)
-    SCHEMA,
+from multigpu.storage.record_file import (  # noqa: F401 (upgrade: this module's too)
     BadRecord,
     read_record,
     speed,
     upgrade,
     upgrade_history,
 )
+from multigpu.storage.record_model import SCHEMA, Record
 
 RUNNING = "running"
 # Where launchers put a process's rank, in the order Lightning reads them.
@@ -90,35 +90,36 @@ def time_to(
 
 
 def summarize(history: list[dict[str, Any]], run: dict[str, Any], **start: Any) -> dict[str, Any]:
-    """Final metrics from the per-epoch history (status ``running`` until the run ends);
-    ``start``: the run's ``run_id``, ``settings``, ``resumed_from`` and ``init_from``, and
-    ``time_to_targets`` (default ``TIME_TO_TARGETS``) for ``time_to``."""
+    """The record (``record_model.Record``, checked as it is built): final metrics from the
+    per-epoch history (status ``running`` until the run ends); ``start``: the run's ``run_id``,
+    ``settings``, ``resumed_from`` and ``init_from``, and ``time_to_targets`` (default
+    ``TIME_TO_TARGETS``) for ``time_to``."""
     tested = [h for h in history if h.get("test_acc") is not None]
     best = max(tested, key=lambda h: h["test_acc"], default=None)
     last = history[-1] if history else {}
     epoch_s, samples_per_s = speed(history)
-    return {
-        "schema": SCHEMA,
-        "status": "running",
-        "reason": None,
-        "test_acc": last.get("test_acc"),
-        "best_test_acc": best["test_acc"] if best else None,
-        "best_epoch": best["epoch"] if best else None,
-        "train_loss": last.get("train_loss"),
-        "train_acc": last.get("train_acc"),
-        "val_acc": last.get("val_acc"),
-        "epoch_s": epoch_s,
-        "samples_per_s": samples_per_s,
-        "compile_s": compile_total(history),
-        "epochs": len(history),
-        "run": run,
-        "run_id": start.get("run_id"),
-        "settings": start.get("settings"),
-        "resumed_from": start.get("resumed_from"),
-        "init_from": start.get("init_from"),
-        "time_to": time_to(history, start.get("time_to_targets", TIME_TO_TARGETS)),
-        "history": history,
-    }
+    return Record(
+        schema=SCHEMA,
+        status=RUNNING,
+        reason=None,
+        test_acc=last.get("test_acc"),
+        best_test_acc=best["test_acc"] if best else None,
+        best_epoch=best["epoch"] if best else None,
+        train_loss=last.get("train_loss"),
+        train_acc=last.get("train_acc"),
+        val_acc=last.get("val_acc"),
+        epoch_s=epoch_s,
+        samples_per_s=samples_per_s,
+        compile_s=compile_total(history),
+        epochs=len(history),
+        run=run,
+        run_id=start.get("run_id"),
+        settings=start.get("settings"),
+        resumed_from=start.get("resumed_from"),
+        init_from=start.get("init_from"),
+        time_to=time_to(history, start.get("time_to_targets", TIME_TO_TARGETS)),
+        history=history,
+    ).model_dump(by_alias=True, exclude_unset=True)
 
 
 def compile_total(history: list[dict[str, Any]]) -> float | None:

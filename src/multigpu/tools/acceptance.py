@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from multigpu.storage.atomic import write_atomically, write_json
+from multigpu.storage.json_file import BadRecord
+from multigpu.tools.bench.bench_file import read_bench_file
 from multigpu.tools.markdown import cell, table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -159,9 +161,15 @@ def read_speedrun(folder: Path) -> Callable[[Path], dict[str, Any]]:
 
 
 def read_bench(name: str, folder: str | None = None) -> Callable[[Path], dict[str, Any]]:
+    """The configuration's row of the step's ``bench.json``; its one-line refusal as the row's
+    ``error`` when the file is not to be trusted."""
+
     def read(out: Path) -> dict[str, Any]:
         report = out / (folder or name) / "bench.json"
-        rows = json.loads(report.read_text())["configurations"] if report.is_file() else []
+        try:
+            rows = read_bench_file(report)["configurations"] if report.is_file() else []
+        except BadRecord as bad:
+            return {"name": name, "error": str(bad)}
         return next((row for row in rows if row["name"] == name), {})
 
     return read

@@ -25,6 +25,7 @@ from typing import Any
 from multigpu.config import settings
 from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH
 from multigpu.storage.atomic import write_atomically, write_json
+from multigpu.storage.record_file import BadRecord, read_record
 from multigpu.tools.arguments import (
     DefaultsHelp,
     OneLineParser,
@@ -32,6 +33,7 @@ from multigpu.tools.arguments import (
     number,
     output_folder,
 )
+from multigpu.tools.bench.bench_file import built
 from multigpu.tools.bench.report import RATIOS, compute_ratios, mfu, to_markdown
 
 REPO = Path(__file__).resolve().parents[4]
@@ -183,8 +185,12 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
     entry = {k: config[k] for k in ("name", "width", "overrides", "env")}
     entry["wall_s"] = round(time.perf_counter() - started, 1)
     for proc, result in zip(procs, results, strict=True):
-        if config["kind"] == "epoch" and proc.returncode == 0:
-            epoch_result(result.with_suffix(""), result)
+        try:
+            if config["kind"] == "epoch" and proc.returncode == 0:
+                epoch_result(result.with_suffix(""), result)
+        except BadRecord as bad:  # the run's record, not to be trusted: its one line
+            entry["error"] = str(bad)
+            return entry
         if proc.returncode != 0 or not result.is_file():
             entry["error"] = last_line(result.with_suffix(".log"), proc.returncode)
             return entry
@@ -230,7 +236,7 @@ def combine(entries: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, 
 def epoch_result(run_dir: Path, result: Path) -> None:
     """Seconds per epoch (the last one: the first pays for compilation and autotuning) and
     test accuracy, from the run's ``metrics.json``."""
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    metrics = read_record(run_dir / "metrics.json")
     last = metrics["history"][-1]
     summary = {
         "epoch_s": last["epoch_s"],
@@ -347,16 +353,16 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         list(pool.map(measure, enumerate(order, 1)))
     results = [combine(runs[c["name"]], c) for c in configs]
-    report = {
-        "machine": machine(),
-        "settings": {
+    report = built(
+        machine=machine(),
+        settings={
             k: str(v) if isinstance(v, Path) else v
             for k, v in vars(args).items()
             if k not in ("out", "only")
         },
-        "configurations": results,
-        "ratios": compute_ratios(results, vars(args)),
-    }
+        configurations=results,
+        ratios=compute_ratios(results, vars(args)),
+    )
     write_json(out / "bench.json", report)
     markdown = to_markdown(report)
     write_atomically(out / "bench.md", markdown)

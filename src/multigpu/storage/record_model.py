@@ -1,0 +1,179 @@
+"""``metrics.json``, the run's record, declared once: each key's type and range, and its meaning
+(the ``description``s, published with the JSON Schema in docs/records.md). Its writer
+(``multigpu.storage.record.summarize``) builds it; its reader (``record_file``) checks by it.
+A key may be left out (older versions) unless required; keys a newer version adds are kept."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import Field
+
+from multigpu.storage.file_model import FileModel
+
+SCHEMA = 3  # 3: epochs counted from 1; epoch_s and samples_per_s by ``record_file.speed``
+MAX_DEVICES = 10**6
+Status = Literal["running", "completed", "interrupted", "diverged", "failed"]
+STATUSES = get_args(Status)
+Count = Annotated[int, Field(ge=0)]
+Devices = Annotated[int, Field(ge=0, le=MAX_DEVICES)]
+Fraction = Annotated[float, Field(ge=0, le=1)]  # an accuracy
+Amount = Annotated[float, Field(ge=0)]  # seconds, samples per second, megabytes
+DevicesAsGiven = Count | list[Count] | str  # schema 1: trainer.devices as given
+
+
+def about(description: str, **bounds: Any) -> Any:
+    """A key that may be null or left out."""
+    return Field(None, description=description, **bounds)
+
+
+class Run(FileModel):
+    """The run's resolved settings."""
+
+    strategy: str | None = about("the strategy group's option, as resolved")
+    accelerator: str | None = about("cpu or cuda")
+    devices: Devices | None = about("all of the run's devices, over every node")
+    device_ids: list[Count] | None = about("the devices it used on each node")
+    num_nodes: Count | None = about("nodes")
+    processes: Count | None = about("the world size: 1, or one process per device under DDP")
+    launcher: str | None = about("who started the processes: none, popen, spawn or cluster")
+    batch_size: Count | None = about("global: what one optimizer step sees, over every device")
+    process_batch_size: Count | None = about("what each process loads per step")
+    lr: float | None = about("the learning rate after scaling (model.lr_scaling)")
+    warmup_epochs: float | None = about("the lr rises to lr over these first epochs")
+    warmup_from: float | None = about("the lr the warm-up starts from")
+    precision: str | float | None = about("trainer.precision")
+    width: int | None = about("model.net.width")
+    norm: str | None = about("the network's normalization")
+    max_epochs: int | None = about("trainer.max_epochs")
+    seed: int | None = about("the seed")
+    data: str | None = about("the data group's option")
+    num_workers: Count | None = about(
+        "the loader's processes, as the machine chose them when data.num_workers is null"
+    )
+    pin_memory: bool | None = about(
+        "the loader's, as the machine chose it when data.pin_memory is null"
+    )
+
+
+class CompletedRun(Run):
+    """A completed run had all its settings: what the report compares and plots is there."""
+
+    strategy: str
+    devices: Annotated[int, Field(ge=1, le=MAX_DEVICES)]
+    batch_size: Annotated[int, Field(ge=1)]
+    lr: float
+
+
+class RunV1(Run):
+    devices: DevicesAsGiven | None = None
+
+
+class CompletedRunV1(CompletedRun):
+    devices: DevicesAsGiven  # type: ignore[assignment]
+
+
+class Epoch(FileModel):
+    """One finished epoch."""
+
+    epoch: Count = Field(description="the epoch, counted from 1 (from 0 before schema 3)")
+    train_loss: float | None = about("the epoch's mean training loss")
+    train_acc: Fraction | None = about("the epoch's training accuracy")
+    lr: float | None = about("the learning rate at the epoch's end")
+    test_acc: Fraction | None = about("test accuracy after the epoch")
+    test_loss: float | None = about("test loss after the epoch")
+    val_acc: Fraction | None = about("validation accuracy (null without a validation split)")
+    epoch_s: Amount | None = about("the epoch's training time (compilation taken out)")
+    samples_per_s: Amount | None = about("training samples per second over the epoch")
+    peak_gpu_mb: Amount | None = about("peak GPU memory (null on the CPU)")
+    compile_s: Amount | None = about("seconds spent compiling in it (null when not compiled)")
+    wall_s: Amount | None = about(
+        "seconds since the run's start at the end of the epoch's evaluation"
+    )
+
+
+class Reached(FileModel):
+    """The first epoch whose test accuracy reached a target."""
+
+    epoch: Count = Field(description="the epoch")
+    train_s: Amount | None = Field(description="the sum of epoch_s up to it")
+    wall_s: Amount | None = Field(description="its wall_s")
+
+
+class Record(FileModel):
+    """A run's record, rewritten when it starts, after every epoch and when it ends."""
+
+    version: int = Field(
+        alias="schema",
+        ge=1,
+        description=f"{SCHEMA} (records of schema 2 are read as {SCHEMA}: epochs from 1, speed "
+        "by its one definition)",
+    )
+    status: Status = Field(
+        description="running, completed (also when its stdout or stderr went away), interrupted "
+        "(Ctrl-C, SIGTERM, SIGHUP), diverged (NaN/inf loss) or failed"
+    )
+    reason: str | None = about("why the run did not complete (the error line), else null")
+    test_acc: Fraction | None = about("test accuracy after the last epoch")
+    best_test_acc: Fraction | None = about("the best test accuracy of any epoch")
+    best_epoch: Count | None = about("the epoch of best_test_acc (from 1)")
+    train_loss: float | None = about("of the last epoch")
+    train_acc: Fraction | None = about("of the last epoch")
+    val_acc: Fraction | None = about("of the last epoch (null without a validation split)")
+    epoch_s: Amount | None = about(
+        "the mean training time of an epoch, over every epoch but the first (or the only one)"
+    )
+    samples_per_s: Amount | None = about("all samples over all the time epoch_s counts")
+    compile_s: Amount | None = about(
+        "seconds spent compiling (model.compile), over all epochs; null when not compiled"
+    )
+    epochs: Count | None = about(
+        "epochs run (a resumed run counts the epochs of the run it resumed)"
+    )
+    run: Run = Field(
+        description="the resolved settings; a completed run's names at least strategy, devices "
+        "(from 1), batch_size (from 1) and lr"
+    )
+    config: str | None = about("older versions: the config the run was composed from")
+    run_id: str | None = about(
+        "this run's id: only the run that wrote the record moves it, and only from running "
+        "to an end state"
+    )
+    settings: dict[str, Any] | None = about(
+        "what the run computes, as flat key: value (the keys a resume is checked against)"
+    )
+    resumed_from: dict[str, Any] | None = about(
+        "null, or the checkpoint the run continued: checkpoint, epochs, and changed (the "
+        "resume_changes it made, each from/to)"
+    )
+    init_from: str | None = about("null, or the checkpoint whose weights the run started from")
+    time_to: dict[str, Reached | None] | None = about(
+        'per target of time_to_targets, keyed as written ("0.9"): the first epoch whose test '
+        "accuracy reached it, or null if none did"
+    )
+    history: list[Epoch] = Field(description="one entry per epoch")
+
+
+class CompletedRecord(Record):
+    run: CompletedRun
+
+
+class RecordV1(Record):
+    run: RunV1
+
+
+class CompletedRecordV1(Record):
+    run: CompletedRunV1
+
+
+# By (completed, schema 1): a completed run's record names all its settings, and records of
+# schema 1 stored ``run.devices`` as given (a count, a list of ids or a word).
+RECORDS = {(False, False): Record, (True, False): CompletedRecord}
+RECORDS |= {(False, True): RecordV1, (True, True): CompletedRecordV1}
+
+
+def declaration(record: Any) -> type[Record]:
+    """The declaration ``record`` is read by."""
+    if not isinstance(record, dict):
+        return Record
+    return RECORDS[record.get("status") == "completed", record.get("schema") == 1]
