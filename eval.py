@@ -2,6 +2,17 @@
 (or ``ckpt_path=latest``). Stdout is the JSON alone, for a pipe; everything else goes to stderr
 (log lines: ``conf/eval.yaml``)."""
 
+# ruff: noqa: E402  (the command line is checked before the imports that take longest)
+from multigpu.config.typos import check_command_line
+from multigpu.run.console import guard_console, one_line_on_ctrl_c
+from multigpu.run.quiet import quiet
+
+guard_console()  # a closed stdout or stderr never fails the evaluation
+quiet()
+if __name__ == "__main__":
+    with one_line_on_ctrl_c():
+        check_command_line("eval")  # a misspelt key or option: one line, exit 2
+
 import json
 import sys
 from contextlib import redirect_stdout
@@ -10,14 +21,8 @@ import hydra
 from omegaconf import DictConfig
 
 from multigpu.callbacks.interrupts import sigterm_interrupts
-from multigpu.config.typos import check_command_line
-from multigpu.run.cli import one_line_on_ctrl_c, report_user_errors
-from multigpu.run.console import guard_console
+from multigpu.run.cli import report_user_errors
 from multigpu.run.evaluation import evaluate  # torch-free until the settings are checked
-from multigpu.run.quiet import quiet
-
-guard_console()  # a closed stdout or stderr never fails the evaluation
-quiet()
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="eval")
@@ -32,5 +37,4 @@ def main(cfg: DictConfig) -> float:
 
 if __name__ == "__main__":
     with one_line_on_ctrl_c():
-        check_command_line("eval")  # a misspelt key or option: one line, exit 2
         main()

@@ -1,25 +1,26 @@
 """Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
 
+# ruff: noqa: E402  (the command line is checked before the imports that take longest)
+from multigpu.config.typos import check_command_line
+from multigpu.run.console import guard_console, one_line_on_ctrl_c
+from multigpu.run.quiet import quiet
+
+guard_console()  # a closed stdout or stderr (| head, a closed terminal) never fails the run
+quiet()  # here too for DDP's workers, which start from this file
+if __name__ == "__main__":
+    with one_line_on_ctrl_c():
+        check_command_line("config")  # a misspelt key or option: one line, exit 2
+
 import hydra
 from omegaconf import DictConfig
 
-from multigpu.config.typos import check_command_line
-from multigpu.run.cli import (
-    hydra_runtime,
-    one_line_on_ctrl_c,
-    register_resolvers,
-    report_user_errors,
-)
-from multigpu.run.console import guard_console
-from multigpu.run.quiet import quiet
+from multigpu.run.cli import hydra_runtime, register_resolvers, report_user_errors
 from multigpu.run.run_summary import print_closing_lines
 from multigpu.run.sweep import keep_sweeping
 from multigpu.run.training import train  # torch-free until the config is checked
 from multigpu.storage.record import is_rank_zero
 
-guard_console()  # a closed stdout or stderr (| head, a closed terminal) never fails the run
 register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a sweep's jobs
-quiet()  # here too for DDP's workers, which start from this file
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -34,5 +35,4 @@ def main(cfg: DictConfig) -> float | None:
 
 if __name__ == "__main__":
     with one_line_on_ctrl_c():
-        check_command_line("config")  # a misspelt key or option: one line, exit 2
         main()

@@ -3,13 +3,12 @@ exit status its outcome names (``multigpu.storage.outcome``)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
@@ -45,18 +44,6 @@ def hydra_runtime(cfg: DictConfig) -> tuple[dict[str, str], bool]:
     the config when composed with ``return_hydra_config=True``, else from the running app."""
     hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get()
     return dict(hydra.runtime.choices), hydra.mode == RunMode.MULTIRUN
-
-
-@contextlib.contextmanager
-def one_line_on_ctrl_c() -> Iterator[None]:
-    """Ctrl-C anywhere in the entry point (Hydra's own work included) ends in one line."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        if os.environ.get("HYDRA_FULL_ERROR") == "1":
-            raise
-        print("error: interrupted by SIGINT", file=sys.stderr, flush=True)
-        sys.exit(128 + signal.SIGINT)
 
 
 def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:

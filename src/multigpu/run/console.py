@@ -11,15 +11,19 @@ run's folder keeps every log line) and the run goes on. A signal that comes with
 SIGTERM a dying parent's process group gets, the SIGHUP of a closed terminal) still stops the
 run, as interrupted (``multigpu.callbacks.interrupts``).
 
-Torch-free: the entry points install it before anything else can write.
+Torch-free: the entry points install it before anything else can write; a Ctrl-C there ends
+in one line too (``one_line_on_ctrl_c``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 # Write errors that mean the stream's other end is gone, not that this write was wrong: no
@@ -118,3 +122,16 @@ def guard_console() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Console):
             setattr(sys, name, Console(stream, name))
+
+
+@contextlib.contextmanager
+def one_line_on_ctrl_c() -> Iterator[None]:
+    """Ctrl-C anywhere in the entry point (its checks and Hydra's own work included) ends in
+    one line (here, torch-free, for the checks that run before the entry point's imports)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1":
+            raise
+        print("error: interrupted by SIGINT", file=sys.stderr, flush=True)
+        sys.exit(128 + signal.SIGINT)
