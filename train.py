@@ -15,6 +15,7 @@ import hydra
 from omegaconf import DictConfig
 
 from multigpu.run.cli import hydra_runtime, register_resolvers, report_user_errors
+from multigpu.run.objective import JobEnding, job_ending
 from multigpu.run.run_summary import print_closing_lines
 from multigpu.run.sweep import keep_sweeping
 from multigpu.run.training import train  # torch-free until the config is checked
@@ -26,11 +27,11 @@ register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a swe
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 @report_user_errors
 @keep_sweeping
-def main(cfg: DictConfig) -> float | None:
+def main(cfg: DictConfig) -> JobEnding:
     record = train(cfg)
     if is_rank_zero() and not hydra_runtime(cfg)[1]:  # a sweep ends with its own table
         print_closing_lines(record, cfg.paths.output_dir)
-    return record.get("test_acc")
+    return job_ending(record)  # what a sweeper is told (Optuna: the trial's state and value)
 
 
 if __name__ == "__main__":
