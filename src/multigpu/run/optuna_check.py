@@ -220,7 +220,7 @@ def drawn_at(distribution: Any) -> list[Any]:
 
 
 def first_line(err: BaseException) -> str:
-    text = " ".join(str(err).strip().split("\n")[0].split())
+    text = " ".join(str(err).strip().split("\n")[0].split()).rstrip(".")
     return text or type(err).__name__
 
 
