@@ -23,7 +23,7 @@ from torch import nn
 from multigpu.config.errors import UserError
 from multigpu.models import resnet18
 from multigpu.storage.checkpoint_model import Checkpoint, clip, describe, explain, read
-from multigpu.storage.ckpt_path import PREVIOUS, checkpoint_file
+from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
 from multigpu.storage.outcome import summary_line
 
 if TYPE_CHECKING:
@@ -250,8 +250,9 @@ def finished_epochs(checkpoint: dict[str, Any]) -> int:
 
 def stored_settings(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """The settings the checkpoint's run was trained with (``None``: written by a version
-    that did not record them)."""
-    return read(checkpoint).settings
+    that did not record them), as ``load_checkpoint`` checked them: one value, read without
+    validating the whole checkpoint again."""
+    return checkpoint.get(SETTINGS)
 
 
 def network_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, Any]:
