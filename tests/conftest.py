@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import functools
 import gzip
 import os
 import shutil
@@ -70,6 +72,21 @@ def compose_config(overrides: list[str], output_dir: Path | None = None) -> Dict
     extra = [f"paths.output_dir={output_dir}"] if output_dir is not None else []
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("config", overrides=[*overrides, *extra], return_hydra_config=True)
+
+
+@functools.cache
+def _composed_once(overrides: tuple[str, ...]) -> DictConfig:
+    return compose_config(list(overrides), Path("/never-created"))
+
+
+def composed(overrides: list[str], output_dir: Path | None = None) -> DictConfig:
+    """``compose_config``'s config, composed once per list of overrides and copied (Hydra's
+    composition takes most of a generated case's time); ``paths.output_dir`` is set after, as
+    the override would."""
+    cfg = copy.deepcopy(_composed_once(tuple(overrides)))
+    if output_dir is not None:
+        cfg.paths.output_dir = str(output_dir)
+    return cfg
 
 
 def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **machine):

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPO, TINY, compose_config, examples, run_script, start_script
+from conftest import REPO, TINY, compose_config, composed, examples, run_script, start_script
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -51,7 +51,7 @@ flat_settings = st.dictionaries(keys, scalars, max_size=6).filter(
 def settings_of(*overrides: str, folder: Path = Path("/tmp/x")) -> dict:
     from conftest import resolve_on
 
-    cfg = compose_config([*TINY, *overrides], folder)
+    cfg = composed([*TINY, *overrides], folder)
     return computation(cfg, resolve_on(cfg))
 
 
@@ -237,7 +237,7 @@ def test_a_folder_is_taken_over_only_by_the_same_run_and_a_refusal_touches_nothi
     from multigpu.run.cli import hydra_runtime
 
     folder = tmp_path_factory.mktemp("run")
-    cfg = compose_config([*SYNTHETIC, "trainer.max_epochs=3"], folder)
+    cfg = composed([*SYNTHETIC, "trainer.max_epochs=3"], folder)
     from conftest import resolve_on
 
     same = computation(cfg, resolve_on(cfg))

@@ -6,8 +6,6 @@ other exception. A value Hydra itself cannot parse is skipped."""
 
 from __future__ import annotations
 
-import copy
-import functools
 import json
 import math
 import re
@@ -16,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import hypothesis.strategies as st
-from conftest import CONF, TINY, compose_config, examples, resolve_on
+from conftest import CONF, TINY, compose_config, composed, examples, resolve_on
 from hypothesis import assume, event, given
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from multigpu.config.errors import UserError
 from multigpu.config.names import CPU_PRECISIONS, DATA_SIZES, SYNTHETIC
@@ -189,7 +187,7 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
         assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
 
 
-@examples(60)
+@examples(30)  # each case composes: MULTIGPU_EXPLORE draws more
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)
@@ -324,16 +322,6 @@ def test_a_trainer_number_checked_before_torch_is_one_lightning_takes(name, valu
 
 
 # Cross-checks with many inputs: devices listed twice, whole batches ----------------------------
-@functools.cache
-def composed_once(*overrides: str) -> DictConfig:
-    return compose_config([*TINY, *overrides], output_dir=OUTPUT_DIR)
-
-
-def composed(*overrides: str) -> DictConfig:
-    """A fresh copy of a config Hydra composed once (composing takes most of a case's time)."""
-    return copy.deepcopy(composed_once(*overrides))
-
-
 @examples(40)
 @given(
     st.sampled_from(["auto", "single", "dp", "scatter_allreduce", "ddp", "ddp_spawn"]),
@@ -346,7 +334,7 @@ def test_a_device_listed_twice_is_a_replica_of_scatter_allreduce_and_refused_els
     strategy runs several replicas on one device; else one line naming the repeated device."""
     from multigpu.config.settings import REPLICAS_ON_ONE_DEVICE
 
-    cfg = composed(f"strategy={strategy}", "trainer.accelerator=gpu")
+    cfg = composed([*TINY, f"strategy={strategy}", "trainer.accelerator=gpu"])
     cfg.trainer.devices = ids
     repeated = len(set(ids)) < len(ids)
     try:
@@ -377,7 +365,7 @@ def test_drop_last_resolves_exactly_when_the_loader_has_a_whole_batch(
     trains at least one batch per epoch; one refused would have trained none."""
     from multigpu.run.fit import build_datamodule
 
-    cfg = composed("data=synthetic")
+    cfg = composed([*TINY, "data=synthetic"])
     cfg.data.merge_with({"num_train": train, "val_size": val_size, "batch_size": batch})
     cfg.data.drop_last = drop_last
     try:
