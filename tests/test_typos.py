@@ -182,6 +182,25 @@ NAMED = {
         "+model/scheduler=cosine",
         [],
     ),
+    "hydra_launcher_option": (  # Hydra's own groups: its listing of them, plugins' included
+        "config",
+        ["hydra/launcher=slurmm"],
+        "hydra/launcher=slurmm is not an option of hydra/launcher: did you mean slurm",
+        ["slurm"],
+    ),
+    "hydra_sampler_option": (
+        "config",
+        ["-m", "hparams_search=optuna", "hydra/sweeper/sampler=randon"],
+        "hydra/sweeper/sampler=randon is not an option of hydra/sweeper/sampler: did you mean "
+        "random?",
+        ["random"],
+    ),
+    "hydra_group": (
+        "config",
+        ["hydra/laucher=slurm"],
+        "hydra/laucher is not a config group: did you mean hydra/launcher?",
+        ["hydra/launcher"],
+    ),
     "option_in_a_sweep": (
         "config",
         ["-m", "strategy=ddp,ddpp"],

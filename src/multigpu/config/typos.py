@@ -8,7 +8,8 @@ groups and their options, and the config it composes from the command line's gro
 (the key overrides aside) holds every key an override may set; ``+trainer.<name>`` is checked
 against Lightning's ``Trainer`` arguments (a constant list: Lightning is not imported to read
 it). What Hydra alone can judge (syntax, ``+key`` for other nodes, ``~key``, ``hydra.*``) is
-left to it.
+left to it; a choice of Hydra's own groups (``hydra/launcher=...``) is checked against
+its listing too.
 """
 
 from __future__ import annotations
@@ -177,8 +178,10 @@ class Composition:
                 "experiment's config file",
                 [],
             )
-        if override.is_delete() or name == "hydra" or name.startswith(("hydra.", "hydra/")):
+        if override.is_delete() or name == "hydra" or name.startswith("hydra."):
             return None
+        if name.startswith("hydra/") and name.count("/") > 1 and name not in self.hydra_groups:
+            return None  # under a group whose option adds it (a sweeper's sampler): Hydra judges
         if self.is_group(name):
             return self.check_option(override)
         if override.is_add() or override.is_force_add():
@@ -192,8 +195,8 @@ class Composition:
     def check_option(self, override: Any) -> Typo | None:
         """``group=option``: the option must be one Hydra's repository lists for the group."""
         group = override.key_or_group
-        if group not in self.groups:
-            close = closest(group, sorted(self.groups))
+        if group not in self.groups | self.hydra_groups:
+            close = closest(group, sorted(self.groups | self.hydra_groups))
             return Typo(f"{group} is not a config group{did_you_mean(close)}", close)
         options = self.options(group)
         values = override.value()
@@ -281,6 +284,17 @@ class Composition:
         """Every config group (``model/scheduler`` included), Hydra's own aside."""
         found: set[str] = set()
         pending = [g for g in self.options("", "GROUP") if g != "hydra"]
+        while pending:
+            group = pending.pop()
+            found.add(group)
+            pending += [f"{group}/{child}" for child in self.options(group, "GROUP")]
+        return found
+
+    @functools.cached_property
+    def hydra_groups(self) -> set[str]:
+        """Hydra's own groups (``hydra/launcher``, ``hydra/sweeper/sampler``), plugins' included."""
+        found: set[str] = set()
+        pending = [f"hydra/{g}" for g in self.options("hydra", "GROUP")]
         while pending:
             group = pending.pop()
             found.add(group)
