@@ -201,6 +201,13 @@ NAMED = {
         "hydra/laucher is not a config group: did you mean hydra/launcher?",
         ["hydra/launcher"],
     ),
+    "optuna_param_as_a_dotted_key": (
+        "config",
+        ["-m", "hparams_search=optuna", "hydra.sweeper.params.model.optimizer.lr=0.1"],
+        "a searched key is not set through hydra.sweeper.params.<key>; give the key itself a "
+        "range or choices (model.optimizer.lr='interval(0.01,0.1)')",
+        [],
+    ),
     "option_in_a_sweep": (
         "config",
         ["-m", "strategy=ddp,ddpp"],

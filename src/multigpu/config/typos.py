@@ -171,6 +171,15 @@ class Composition:
         """The typo in one override, or None (also for what Hydra alone can judge)."""
         name = override.key_or_group
         swept = name == "hydra.sweeper.params" or name.startswith("hydra.sweeper.params.")
+        if swept and self.other_sweeper and name != "hydra.sweeper.params":
+            key = name.removeprefix("hydra.sweeper.params.")
+            return Typo(  # a searched key holds dots: Hydra reads this as nested keys, and fails
+                f"{override.input_line}: a searched key is not set through "
+                f"hydra.sweeper.params.<key>; give the key itself a range or choices "
+                f"({key}='interval(0.01,0.1)'), or add an entry: "
+                f"'hydra.sweeper.params={{{key}: \"choice(1,2)\"}}'",
+                [],
+            )
         if swept and not self.other_sweeper:
             return Typo(  # Hydra 1.3's basic sweeper fails on these with a traceback
                 f"{override.input_line}: the sweeper's params cannot be set on the command "
