@@ -5,6 +5,7 @@ for machines it is not (a GPU server, a cluster job), since the resolution is pu
 from __future__ import annotations
 
 import inspect
+import os
 import re
 import typing
 from pathlib import Path
@@ -153,7 +154,27 @@ LAUNCHED_BY = {  # what each launcher sets besides a process's rank
     "srun": {**SRUN_2, "SLURM_JOB_ID": "41"},
     "salloc": {"SLURM_JOB_ID": "41", "SLURM_JOB_NAME": "bash"},
     "lightning": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
+    "lightning_child": {
+        **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
+        "MULTIGPU_DDP_PARENT": str(os.getppid()),  # this process's parent started it
+    },
 }
+
+
+def started_by_hand(environ: dict, launcher: str) -> bool:
+    """A rank no launcher set: none there, srun's beyond the first outside srun, or a rank
+    beside Lightning's address in a process Lightning did not start (the second computation
+    of ``check_launched``'s rule)."""
+    if not any(name in environ for name in PROCESS_VARIABLES):
+        return False
+    child_rank = {"RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "JSM_NAMESPACE_RANK"}
+    return (
+        launcher == "nothing"
+        or launcher == "salloc"
+        and environ.get("SLURM_PROCID", "0") != "0"
+        or launcher == "lightning"
+        and bool(child_rank & set(environ))
+    )
 
 
 @examples(60)
@@ -165,7 +186,7 @@ def test_a_process_is_taken_as_one_of_a_run_only_where_a_launcher_started_it(giv
     """Whatever rank variables are set, and by whatever else: they are believed where a
     launcher's own variables are there too, else refused in one line naming each of them."""
     environ = {**LAUNCHED_BY[launcher], **given_}
-    by_hand = any(name in environ for name in PROCESS_VARIABLES) and launcher == "nothing"
+    by_hand = started_by_hand(environ, launcher)
     try:
         check_launched(environ)
     except UserError as refused:

@@ -51,6 +51,29 @@ LAUNCHERS: dict[str, Callable[[Mapping[str, str]], bool]] = {
     "LSF": lambda environ: "LSB_JOBID" in environ,
     "Lightning's DDP": lambda environ: "MASTER_ADDR" in environ and "MASTER_PORT" in environ,
 }
+# What only a launcher's own child holds: srun's rank beyond the first, and a rank beside
+# Lightning's rendezvous address (a cluster set up by hand as Lightning documents sets only
+# NODE_RANK and WORLD_SIZE there; Lightning sets a process's rank in the processes it starts).
+CHILD_RANKS = ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "JSM_NAMESPACE_RANK")
+# The process whose Lightning starts DDP's other processes: they inherit it, and it is their
+# parent; set by hand, or left over in a shell, it names no parent.
+PARENT = "MULTIGPU_DDP_PARENT"
+
+
+def mark_parent() -> None:
+    """Name this process as the parent of the processes Lightning may start from it; one that
+    holds a rank keeps the mark it inherited (``started_as_a_child`` compares it)."""
+    if not any(name in os.environ for name in CHILD_RANKS):
+        os.environ[PARENT] = str(os.getpid())
+
+
+def started_as_a_child(environ: Mapping[str, str], launcher: str) -> bool:
+    """Whether a rank this launcher sets only in its own children is one of theirs."""
+    if launcher == "SLURM" and environ.get("SLURM_PROCID", "0") != "0":
+        return slurm_started(environ)
+    if launcher == "Lightning's DDP" and any(name in environ for name in CHILD_RANKS):
+        return environ.get(PARENT) == str(os.getppid())
+    return True
 
 
 def launcher_of(environ: Mapping[str, str]) -> str | None:
@@ -64,9 +87,16 @@ def check_launched(environ: Mapping[str, str]) -> None:
     believed: ``LOCAL_RANK=1`` trained alone as rank 1, which writes nothing, and exited 0
     without a record or a lock. Refused unless a launcher's other variables are there too."""
     given = [name for name in PROCESS_VARIABLES if name in environ]
-    if not given or launcher_of(environ) is not None:
-        return
+    launcher = launcher_of(environ)
     shown = " ".join(f"{name}={environ[name]}" for name in given)
+    if given and launcher is not None and not started_as_a_child(environ, launcher):
+        raise UserError(
+            f"{shown} is set, but {launcher} did not start this process (it sets a rank only "
+            f"in the processes it starts itself): unset {' '.join(given)}, or start the run "
+            "with torchrun or srun"
+        )
+    if not given or launcher is not None:
+        return
     raise UserError(
         f"{shown} is set, but no launcher started this process (torchrun, srun and "
         "Lightning's DDP set it together with TORCHELASTIC_RUN_ID, SLURM_JOB_ID or "

@@ -24,7 +24,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import UserError
-from multigpu.config.launch import check_world, cluster_started
+from multigpu.config.launch import check_world, cluster_started, mark_parent
 from multigpu.config.names import (
     COMPILE_KEYS,
     COMPILE_MODES,
@@ -101,7 +101,9 @@ class Machine:
 
     @classmethod
     def this(cls, multirun: bool) -> Machine:
-        """This machine, asking torch for its GPUs only where a GPU driver is loaded."""
+        """This machine, asking torch for its GPUs only where a GPU driver is loaded; this
+        process marked as the parent of the processes Lightning may start from it."""
+        mark_parent()
         return cls(cuda_device_count(), os.cpu_count() or 1, dict(os.environ), multirun)
 
 
