@@ -127,6 +127,21 @@ def records(draw) -> dict[str, Any]:
     record["status"] = "completed" if completed else draw(st.sampled_from(others))
     record["schema"] = 1 if model in (RecordV1, CompletedRecordV1) else draw(st.integers(2, 9))
     assert declaration(record) is model
+    return agreeing(record)
+
+
+def agreeing(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` with what is derived from its history made to agree with it, as the writer
+    writes it (keys left out stay out): a drawn record is otherwise a contradiction."""
+    history = record["history"]
+    if record.get("epochs") is not None:
+        record["epochs"] = len(history)
+    if "test_acc" in record and history:
+        record["test_acc"] = history[-1].get("test_acc")
+    accs = [record.get("test_acc"), record.get("best_test_acc")]
+    accs += [entry.get("test_acc") for entry in history]
+    if record.get("best_test_acc") is not None:
+        record["best_test_acc"] = max(acc for acc in accs if acc is not None)
     return record
 
 

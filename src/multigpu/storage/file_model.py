@@ -43,8 +43,9 @@ def problem(error: dict[str, Any], data: Any, model: type[BaseModel]) -> str:
         where, key = where[:-1], where[-1]
         pattern = next(iter(part(schema, where)["patternProperties"]))
         return f"{name_of(where)} has a key {shown(key)}, not a string matching {pattern}"
-    if kind == "value_error":  # a rule between keys (a ``model_validator``)
-        return f"{name_of(where)} {error['ctx']['error']}"
+    if kind == "value_error":  # a rule between keys (a ``model_validator``): it names them
+        rule = error["ctx"]["error"]
+        return f"{name_of(where)} {rule}" if where else str(rule)
     if kind == "too_long":
         return f"{name_of(where)} has {len(value)} keys (at most {error['ctx']['max_length']})"
     said = f"{name_of(where)} is" if where else "holds"

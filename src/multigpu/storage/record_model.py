@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from multigpu.storage.file_model import FileModel
+from multigpu.storage.json_file import shown
 
 SCHEMA = 3  # 3: epochs counted from 1; epoch_s and samples_per_s by ``record_file.speed``
 MAX_DEVICES = 10**6
@@ -152,6 +153,33 @@ class Record(FileModel):
         "accuracy reached it, or null if none did"
     )
     history: list[Epoch] = Field(description="one entry per epoch")
+
+    # What the writer derives from the history agrees with it (``record.summarize``): a
+    # record that contradicts itself is refused whole, never reported as if true.
+    @model_validator(mode="after")
+    def epochs_count_the_history(self) -> Record:
+        if self.epochs is not None and self.epochs != len(self.history):
+            raise ValueError(
+                f"epochs is {self.epochs}, but history holds {len(self.history)} epochs"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def test_acc_is_the_last_epochs(self) -> Record:
+        last = self.history[-1].test_acc if self.history else None
+        if self.history and "test_acc" in self.model_fields_set and self.test_acc != last:
+            where = f"history[{len(self.history) - 1}].test_acc"
+            raise ValueError(f"test_acc is {shown(self.test_acc)}, but {where} is {shown(last)}")
+        return self
+
+    @model_validator(mode="after")
+    def best_test_acc_is_the_best(self) -> Record:
+        tested = {f"history[{i}].test_acc": h.test_acc for i, h in enumerate(self.history)}
+        for where, acc in {"test_acc": self.test_acc, **tested}.items():
+            if None not in (acc, self.best_test_acc) and acc > self.best_test_acc:
+                best = shown(self.best_test_acc)
+                raise ValueError(f"best_test_acc {best} is below {where} {shown(acc)}")
+        return self
 
 
 class CompletedRecord(Record):

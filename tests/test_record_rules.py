@@ -1,0 +1,153 @@
+"""The rules between ``metrics.json``'s keys (``record_model.Record``'s model validators): what
+the writer derives from the history (``epochs``, ``test_acc``, ``best_test_acc``) agrees with
+it, or the file is refused in one line by every reader; records the project writes (running,
+failed, resumed, tested only every other epoch) always agree. Named cases, then generated."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import examples
+from hypothesis import assume, given
+from hypothesis import strategies as st
+from test_record_file import assert_refused, rows_of, write_job
+
+from multigpu.storage.outcome import Outcome
+from multigpu.storage.record import RunRecord, summarize
+from multigpu.storage.record_file import read_record
+from multigpu.tools.report.summary import UNREADABLE
+
+RUN = {"strategy": "single", "devices": 1, "batch_size": 32, "lr": 0.1}
+
+
+def record(**keys: Any) -> dict[str, Any]:
+    """A completed run's record (tested 0.5, 0.625, 0.75: best 0.75), with ``keys`` set."""
+    history = [{"epoch": i + 1, "test_acc": acc} for i, acc in enumerate([0.5, 0.625, 0.75])]
+    return {**summarize(history, RUN), "status": "completed", **keys}
+
+
+# One named case per rule -----------------------------------------------------------------------
+CONTRADICTIONS = {
+    "best below test_acc": (
+        record(best_test_acc=0.5),
+        "best_test_acc 0.5 is below test_acc 0.75",
+    ),
+    "epochs not the history's length": (record(epochs=5), "epochs is 5, but history holds 3"),
+    "test_acc not the last epoch's": (
+        record(test_acc=0.5),
+        "test_acc is 0.5, but history[2].test_acc is 0.75",
+    ),
+    "test_acc null, the last epoch tested": (
+        record(test_acc=None),
+        "test_acc is null, but history[2].test_acc is 0.75",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CONTRADICTIONS))
+def test_a_record_that_contradicts_itself_is_refused_and_listed_as_a_bad_row(tmp_path, case):
+    content, problem = CONTRADICTIONS[case]
+    write_job(tmp_path, "a_good", record())
+    bad = write_job(tmp_path, "b_bad", content)
+    assert assert_refused(bad).startswith(problem)
+    rows = rows_of(tmp_path)
+    assert rows["a_good"]["status"] == "completed" and rows["a_good"]["test_acc"] == 0.75
+    assert rows["b_bad"]["status"] == UNREADABLE
+    assert rows["b_bad"]["reason"] == f"b_bad/metrics.json: {assert_refused(bad)}"
+
+
+def test_best_below_an_earlier_epochs_test_acc_is_refused(tmp_path):
+    content = record(best_test_acc=0.75)
+    content["history"][0]["test_acc"] = 0.875  # the best epoch was the first
+    path = write_job(tmp_path, "job", content)
+    assert assert_refused(path) == "best_test_acc 0.75 is below history[0].test_acc 0.875"
+
+
+def test_a_test_accuracy_only_every_other_epoch_agrees(tmp_path):
+    """``trainer.check_val_every_n_epoch=2``: an epoch without a test leaves test_acc null."""
+    history = [{"epoch": 1}, {"epoch": 2, "test_acc": 0.75}, {"epoch": 3, "test_acc": None}]
+    path = tmp_path / "metrics.json"
+    RunRecord(path, RUN).claim(history)
+    read = read_record(path)
+    assert (read["test_acc"], read["best_test_acc"], read["epochs"]) == (None, 0.75, 3)
+
+
+def test_running_failed_and_resumed_records_agree(tmp_path):
+    path = tmp_path / "metrics.json"
+    first = RunRecord(path, RUN)
+    first.claim([])
+    assert read_record(path)["status"] == "running" and read_record(path)["epochs"] == 0
+    first.add_epoch({"epoch": 1, "test_acc": 0.8})
+    first.fail("a peer died")
+    assert read_record(path)["status"] == "failed"
+    resumed = RunRecord(path, RUN, resumed_from={"checkpoint": "last.ckpt", "epochs": 1})
+    resumed.claim(read_record(path)["history"])  # the history the checkpoint carries
+    resumed.add_epoch({"epoch": 2, "test_acc": 0.6})
+    resumed.finish(Outcome("completed", None, 0))
+    read = read_record(path)
+    assert (read["status"], read["epochs"], read["test_acc"], read["best_test_acc"]) == (
+        "completed", 2, 0.6, 0.8
+    )  # fmt: skip
+
+
+# Generated -------------------------------------------------------------------------------------
+accuracies = st.floats(0, 1, width=32)  # a float32 metric, as a run logs it
+entries = st.fixed_dictionaries(
+    {"train_loss": st.floats(0, 10)},
+    optional={"test_acc": st.none() | accuracies},  # left out or null: not tested that epoch
+)
+histories = st.lists(entries, max_size=6).map(
+    lambda history: [{**entry, "epoch": i + 1} for i, entry in enumerate(history)]
+)
+endings = st.none() | st.sampled_from(["completed", "interrupted", "diverged", "failed"])
+
+
+def written(folder: Path, history: list[dict], carried: int, ending: str | None) -> Path:
+    """The record a run writes: resumed with the first ``carried`` epochs, then an epoch at a
+    time, then (``ending`` not None) its end."""
+    path = folder / "metrics.json"
+    run = RunRecord(path, RUN, resumed_from={"epochs": carried} if carried else None)
+    run.claim(history[:carried])
+    for entry in history[carried:]:
+        run.add_epoch(entry)
+    if ending is not None:
+        run.finish(Outcome(ending, None if ending == "completed" else "why", 0))
+    return path
+
+
+@examples(40)
+@given(history=histories, data=st.data(), ending=endings)
+def test_a_record_as_the_writer_writes_it_always_agrees(history, data, ending):
+    carried = data.draw(st.integers(0, len(history)))
+    with tempfile.TemporaryDirectory() as folder:
+        read = read_record(written(Path(folder), history, carried, ending))
+    assert read["epochs"] == len(read["history"]) == len(history)
+
+
+@st.composite
+def contradictions(draw, history: list[dict]) -> tuple[str, Any]:
+    """A key and a value for it that contradict ``history``."""
+    accs = [h["test_acc"] for h in history if h.get("test_acc") is not None]
+    rules = ["epochs", *(["test_acc"] if history else []), *(["best_test_acc"] if accs else [])]
+    rule = draw(st.sampled_from(rules))
+    if rule == "epochs":
+        return rule, draw(st.integers(0, 10**6).filter(lambda n: n != len(history)))
+    if rule == "test_acc":
+        last = history[-1].get("test_acc")
+        return rule, draw((st.none() | accuracies).filter(lambda acc: acc != last))
+    assume(max(accs) > 0)  # nothing in 0..1 is below 0
+    return rule, draw(st.floats(0, max(accs), exclude_max=True))
+
+
+@examples(40)
+@given(history=histories, data=st.data())
+def test_a_record_with_a_contradiction_is_always_refused(history, data):
+    key, value = data.draw(contradictions(history))
+    with tempfile.TemporaryDirectory() as folder:
+        path = written(Path(folder), history, 0, data.draw(endings))
+        good = read_record(path)
+        write_job(Path(folder), ".", {**good, key: value})
+        assert assert_refused(path).startswith(key)
