@@ -17,10 +17,10 @@ import torch
 from conftest import TINY, copy_raw, run_script, write_gz
 
 from multigpu.config.errors import UserError
-from multigpu.config.mistakes import MISTAKES
 from multigpu.models import resnet18
 from multigpu.models.classifier import ImageClassifier
 from multigpu.storage.checkpoint import check_fits, classifier, load_checkpoint
+from multigpu.tools.bench.mistakes import MISTAKES
 
 pytestmark = pytest.mark.subprocess
 

@@ -21,10 +21,10 @@ from omegaconf import OmegaConf
 from multigpu.config import names, schema
 from multigpu.config.errors import UserError
 from multigpu.config.launch import PROCESS_VARIABLES, check_launched
-from multigpu.config.mistakes import CORES, MISTAKES
 from multigpu.config.settings import check_split_weights, parse_devices
 from multigpu.config.typos import find_typos
 from multigpu.run.fit import build_strategy
+from multigpu.tools.bench.mistakes import CORES, MISTAKES
 
 
 @pytest.mark.parametrize(
@@ -320,45 +320,55 @@ def parameters(target) -> list[str]:
     return [p for p in inspect.signature(target).parameters if p not in ("kwargs", "params")]
 
 
+def keys(model) -> list[str]:
+    return [*model.model_fields, *model.nodes]
+
+
 def test_network_keys_are_the_network_parameters():
     from multigpu.models import resnet18
 
-    assert list(names.NETWORK_KEYS) == parameters(resnet18)
-    assert list(schema.Net.model_fields) == list(names.NETWORK_KEYS)
+    assert keys(schema.BUILDS["model.net"][names.NETWORK]) == parameters(resnet18)
 
 
 def test_optimizer_scheduler_and_compile_keys_are_torchs():
-    assert set(names.SGD_KEYS) <= set(parameters(torch.optim.SGD))
-    assert list(schema.Optimizer.model_fields) == list(names.SGD_KEYS)
-    for target, keys in names.SCHEDULER_KEYS.items():
+    assert set(keys(schema.Optimizer)) <= set(parameters(torch.optim.SGD))
+    for target, model in schema.BUILDS["model.scheduler"].items():
         scheduler = locate(target)
-        assert set(keys) <= set(parameters(scheduler)), target
-        assert list(schema.SCHEDULERS[target].model_fields) == list(keys)
+        assert set(keys(model)) <= set(parameters(scheduler)), target
         required = [
             name
             for name, p in inspect.signature(scheduler).parameters.items()
             if p.default is inspect.Parameter.empty and name != "optimizer"
         ]
-        assert list(names.SCHEDULER_REQUIRED[target]) == required
-    assert set(names.COMPILE_KEYS) <= set(parameters(torch.compile))
-    assert list(schema.Compile.model_fields) == list(names.COMPILE_KEYS)
+        assert [k for k, f in model.model_fields.items() if f.is_required()] == required
+        assert list(names.SCHEDULER_EPOCH_KEYS[target]) == required  # the lengths
+    assert set(keys(schema.Compile)) <= set(parameters(torch.compile))
+
+
+def test_trainer_keys_are_lightnings_in_its_order():
+    import pytorch_lightning as pl
+
+    assert keys(schema.Trainer) == parameters(pl.Trainer.__init__)[1:]
 
 
 def test_data_strategy_and_model_keys_are_their_constructors():
     from multigpu.data import ImageDataModule
     from multigpu.models.classifier import ImageClassifier
 
-    assert list(names.DATA_KEYS) == parameters(ImageDataModule)
-    for target, keys in names.DATA_MODULE_KEYS.items():
-        assert set(keys) == set(names.DATA_KEYS) | set(parameters(locate(target))), target
-    for target, keys in names.STRATEGY_KEYS.items():
+    per_device = {"batch_size_per_device"}  # the settings turn it into the global batch
+    assert set(keys(schema.ImageData)) - per_device == set(parameters(ImageDataModule))
+    for target, model in schema.BUILDS["data"].items():
+        own = set(parameters(ImageDataModule)) | set(parameters(locate(target)))
+        assert set(keys(model)) - per_device == own, target
+    assert set(keys(schema.Data)) == set().union(*map(keys, schema.BUILDS["data"].values()))
+    for target, model in schema.BUILDS["strategy"].items():
         own = set(parameters(locate(target))) - {"device", "parallel_devices", "accelerator"}
         own -= {"checkpoint_io", "precision_plugin"}  # set by Lightning, not the config
-        assert set(keys) == own, target
-    assert set(names.MODEL_KEYS) == set(parameters(ImageClassifier)) - {"warmup"} | {"lr_scaling"}
+        assert set(keys(model)) == own, target
+    assert set(keys(schema.Model)) == set(parameters(ImageClassifier)) - {"warmup"} | {"lr_scaling"}
     for option in ("fashion_mnist", "synthetic"):
         data = OmegaConf.load(CONF / "data" / f"{option}.yaml")
-        assert data._target_ in names.DATA_MODULE_KEYS
+        assert data._target_ in schema.BUILDS["data"]
 
 
 def schema_defaults(schema_class) -> dict:
@@ -476,4 +486,4 @@ def test_the_compile_modes_are_torchs():
     """``model.compile.mode`` is checked before torch loads against this copy of its list."""
     from torch._inductor import list_mode_options
 
-    assert set(names.COMPILE_MODES) == set(list_mode_options())
+    assert set(typing.get_args(names.CompileMode)) == set(list_mode_options())

@@ -14,6 +14,12 @@ StartMethod = Literal["auto", "popen", "spawn"]  # strategy.start_method (ddp)
 SchedulerInterval = Literal["epoch", "step"]  # model.scheduler_interval
 Decayed = Literal["all", "weights"]  # model.weight_decay_on
 MatmulPrecision = Literal["highest", "high", "medium"]  # float32_matmul_precision
+ClipAlgorithm = Literal["norm", "value"]  # trainer.gradient_clip_algorithm
+# model.compile.mode: torch.compile's modes (``torch._inductor.list_mode_options``; a test
+# compares them).
+CompileMode = Literal[
+    "default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"
+]
 NORMS: tuple[Norm, ...] = get_args(Norm)
 PIPELINES: tuple[Pipeline, ...] = get_args(Pipeline)
 LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
@@ -26,62 +32,24 @@ CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")
 CUDA_PRECISIONS = (*CPU_PRECISIONS, "16-mixed", "16-true")
 PRECISION_ALIASES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
 
-# The keyword arguments of what a config node builds (its ``_target_``), known without importing
-# torch, so that a key the target does not take is refused before anything loads; the tests
-# compare each list with ``inspect.signature`` of the real thing. Hydra's own keys (``_target_``,
-# ``_partial_``, ...) are always allowed.
+# What the config's nodes build (their ``_target_``); the keys each takes are its model's fields
+# (``multigpu.config.schema.BUILDS``), which the tests compare with ``inspect.signature``.
 NETWORK = "multigpu.models.resnet18"
-NETWORK_KEYS = ("num_classes", "in_channels", "width", "norm", "init_std", "zero_init_residual")
 SGD = "torch.optim.SGD"
-# SGD's arguments that change what is trained; its implementation switches (foreach, fused,
-# differentiable) and maximize (it would climb the loss) are left out.
-SGD_KEYS = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
 STEP_LR = "torch.optim.lr_scheduler.StepLR"
 COSINE = "torch.optim.lr_scheduler.CosineAnnealingLR"
-# Schedulers this project checks (``conf/model/scheduler``); last_epoch is Lightning's to set.
-SCHEDULER_KEYS = {STEP_LR: ("step_size", "gamma"), COSINE: ("T_max", "eta_min")}
-SCHEDULER_REQUIRED = {STEP_LR: ("step_size",), COSINE: ("T_max",)}  # no default in torch
 # The lengths a scheduler takes, in epochs; model.scheduler_interval=step turns them into steps.
 SCHEDULER_EPOCH_KEYS = {STEP_LR: ("step_size",), COSINE: ("T_max",)}
-# What the base data module takes, and what each data set adds; batch_size_per_device is read
-# by the settings (the data module gets the batch it computes).
-DATA_KEYS = (
-    *("batch_size", "num_workers", "seed", "train_subset", "test_subset", "val_size"),
-    *("pin_memory", "shuffle", "pipeline", "augment", "crop_padding", "flip", "drop_last"),
-)
 FASHION_MNIST = "multigpu.data.FashionMNISTDataModule"
 SYNTHETIC = "multigpu.data.SyntheticDataModule"
-DATA_MODULE_KEYS = {
-    FASHION_MNIST: (*DATA_KEYS, "root", "source", "download", "normalize"),
-    SYNTHETIC: (*DATA_KEYS, "num_train", "num_test", "num_classes"),
-}
-CONFIG_ONLY_DATA_KEYS = ("batch_size_per_device",)
 # Each data set's size, when it does not come from the config: (train, test, classes).
 DATA_SIZES = {FASHION_MNIST: (60_000, 10_000, 10)}
 IMAGE_CHANNELS = 1  # both data sets: 28x28 grey images
-# The model group's own keys (multigpu.models.ImageClassifier; lr_scaling is the settings').
 MODEL = "multigpu.models.ImageClassifier"
-MODEL_KEYS = (
-    *("net", "optimizer", "scheduler", "channels_last", "compile", "lr_scaling"),
-    *("label_smoothing", "tta_flip", "scheduler_interval", "weight_decay_on"),
-)
-COMPILE_KEYS = ("fullgraph", "dynamic", "backend", "mode", "options", "disable")  # torch.compile
-# torch.compile's modes (``torch._inductor.list_mode_options``; a test compares them).
-COMPILE_MODES = ("default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune")
-# The strategies whose every argument is ours to know; DDP passes extra keys on to Lightning's
-# DDPStrategy (as the trainer does to Trainer), which answers them itself.
-STRATEGY_KEYS = {
-    "pytorch_lightning.strategies.SingleDeviceStrategy": (),
-    "multigpu.strategies.DataParallelStrategy": (),
-    "multigpu.strategies.ScatterAllreduceStrategy": (
-        "split_weights",
-        "trace_shapes",
-        "trace_steps",
-    ),
-}
-# The config's nodes beside its own keys (schema.Top): its groups', and Hydra's when composed.
-TOP_NODES = ("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "hydra")
-HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
+SINGLE_DEVICE = "pytorch_lightning.strategies.SingleDeviceStrategy"
+DATA_PARALLEL = "multigpu.strategies.DataParallelStrategy"
+SCATTER_ALLREDUCE = "multigpu.strategies.ScatterAllreduceStrategy"
+HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")  # any node's
 
 # inspect.signature(pytorch_lightning.Trainer.__init__) without ``self``, read once so that a
 # typo is found without importing Lightning (tests/test_typos.py fails when Lightning changes

@@ -17,17 +17,28 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
 
 from multigpu.config.errors import UserError
 from multigpu.config.names import (
     COSINE,
+    DATA_PARALLEL,
+    FASHION_MNIST,
+    MODEL,
+    NETWORK,
+    SCATTER_ALLREDUCE,
+    SGD,
+    SINGLE_DEVICE,
     STEP_LR,
+    SYNTHETIC,
+    ClipAlgorithm,
+    CompileMode,
     Decayed,
     LrRule,
     MatmulPrecision,
@@ -70,6 +81,9 @@ FRACTION_OR_COUNT = "a whole number of batches, or a fraction up to 1.0"
 SYNTHETIC_COUNT = f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)"
 
 
+REQUIRED = PydanticUndefined  # a key without a default: the node must set it
+
+
 def setting(default: Any, wanted: str | None = None, example: Any = None, **bounds: Any) -> Any:
     """A key's default, its bounds, the words that say its range (``wanted``) and the example
     an error gives when the default would not show the fix."""
@@ -78,12 +92,16 @@ def setting(default: Any, wanted: str | None = None, example: Any = None, **boun
 
 
 class Node(BaseModel):
-    """A config node: strict types; keys beyond these are ``settings.check_keys``'s."""
+    """A config node: strict types. Its fields are also the keys the node may have (with
+    ``nodes``, the nodes inside it): ``settings.check_keys`` names any other, with ``what``."""
 
     model_config = ConfigDict(strict=True, extra="allow")
+    what: ClassVar[str] = "the config"
+    nodes: ClassVar[tuple[str, ...]] = ()
 
 
 class Top(Node):
+    nodes = ("data", "model", "trainer", "strategy", "logger", "callbacks", "paths", "hydra")
     seed: Seed | None = setting(42, f"between 0 and {MAX_SEED} (or null)")
     ckpt_path: str | None = setting(None, example="<run>/checkpoints/last.ckpt")
     resume_changes: list[str] = setting([], example="[model.scheduler.T_max]")
@@ -96,33 +114,48 @@ class Top(Node):
     float32_matmul_precision: MatmulPrecision = "high"
 
 
-class Data(Node):
-    root: str = "data"
-    source: str | None = setting(None, example="../shared/data")
-    download: bool = True
+class ImageData(Node):
+    """``multigpu.data.ImageDataModule``'s arguments, and ``batch_size_per_device``, which the
+    settings turn into the global batch the data module gets."""
+
     batch_size: int = setting(256, POSITIVE, ge=1)
-    batch_size_per_device: int | None = setting(
-        None, "a positive integer (or null to use data.batch_size)", 256, ge=1
-    )
     num_workers: int | None = setting(None, f"between 0 and {MAX_WORKERS}", ge=0, le=MAX_WORKERS)
+    seed: Seed = setting(42, f"between 0 and {MAX_SEED}")
+    train_subset: int | None = setting(None, SUBSET, 20000, ge=1)
+    test_subset: int | None = setting(None, SUBSET, 1000, ge=1)
+    val_size: int = setting(0, "0 or more", ge=0)
+    pin_memory: bool | None = None
+    shuffle: bool = True
     pipeline: Pipeline = "torchvision"
     augment: bool = False
     crop_padding: int = setting(2, "between 0 and 28 (the images' size)", ge=0, le=28)
     flip: bool = True
-    pin_memory: bool | None = None
-    shuffle: bool = True
     drop_last: bool = False
+    batch_size_per_device: int | None = setting(
+        None, "a positive integer (or null to use data.batch_size)", 256, ge=1
+    )
+
+
+class FashionMNIST(ImageData):
+    root: str = "data"
+    source: str | None = setting(None, example="../shared/data")
+    download: bool = True
     normalize: bool | None = True
-    train_subset: int | None = setting(None, SUBSET, 20000, ge=1)
-    test_subset: int | None = setting(None, SUBSET, 1000, ge=1)
-    val_size: int = setting(0, "0 or more", ge=0)
-    seed: Seed = setting(42, f"between 0 and {MAX_SEED}")
-    num_train: int = setting(1024, SYNTHETIC_COUNT, ge=1, le=MAX_SYNTHETIC)  # data=synthetic
+
+
+class Synthetic(ImageData):
+    num_train: int = setting(1024, SYNTHETIC_COUNT, ge=1, le=MAX_SYNTHETIC)
     num_test: int = setting(256, SYNTHETIC_COUNT, ge=1, le=MAX_SYNTHETIC)
     num_classes: int = setting(10, f"between 2 and {MAX_CLASSES}", ge=2, le=MAX_CLASSES)
 
 
+class Data(Synthetic, FashionMNIST):
+    """Every data set's keys: a data set of another ``_target_`` is checked against these."""
+
+
 class Model(Node):
+    what = "the model"
+    nodes = ("net", "optimizer", "scheduler", "lr_scaling")
     channels_last: bool = False
     compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
     label_smoothing: float = setting(0.0, "0 or more and less than 1", 0.1, ge=0, lt=1)
@@ -131,7 +164,8 @@ class Model(Node):
     weight_decay_on: Decayed = "all"
 
 
-class Net(Node):
+class Net(Node):  # multigpu.models.resnet18's arguments
+    what = "the network"
     num_classes: int = setting(10, "2 or more", ge=2)
     in_channels: int = setting(1, "1 or more", ge=1)
     width: int = setting(
@@ -146,6 +180,10 @@ class Net(Node):
 
 
 class Optimizer(Node):
+    """SGD's arguments that change what is trained; its implementation switches (foreach,
+    fused, differentiable) and maximize (it would climb the loss) are left out."""
+
+    what = "the optimizer"
     lr: float = setting(0.1, "a positive number", gt=0)
     momentum: float = setting(0.0, "0 or more and less than 1", ge=0, lt=1)
     dampening: float = setting(0.0, "between 0 and 1", ge=0, le=1)
@@ -160,11 +198,29 @@ class LrScaling(Node):
 
 
 class Trainer(Node):
+    """Every argument of Lightning's ``Trainer``, in its signature's order (a test compares
+    them), so that a wrong one is answered before Lightning loads. A fraction where a whole
+    count is meant would silently train otherwise (no step at all with
+    accumulate_grad_batches=1.5). What the run sets itself (strategy, logger, callbacks,
+    plugins) and what Lightning reads further (a profiler's name, a duration in
+    val_check_interval) are Lightning's to check (``multigpu.run.lightning_arguments``)."""
+
+    what = "Lightning's Trainer"
     accelerator: str = "auto"
+    strategy: Any = "auto"
     devices: Any = 1  # a count, a list of ids, or "auto": settings.parse_devices reads it
     num_nodes: int = setting(1, POSITIVE, ge=1)
+    precision: Any = "32-true"  # Lightning also takes 64, 32, 16: settings.parse_precision
+    logger: Any = None
+    callbacks: Any = None
+    fast_dev_run: bool | Annotated[int, Field(ge=0)] = setting(
+        False, "true, false or a number of batches (0 or more)"
+    )
     max_epochs: NoLimit | None = setting(10, NO_LIMIT)
+    min_epochs: int | None = setting(None, "0 or more, or null", 1, ge=0)
     max_steps: NoLimit = setting(-1, NO_LIMIT)
+    min_steps: int | None = setting(None, "0 or more, or null", 100, ge=0)
+    max_time: str | dict | None = None  # settings.check_max_time reads it as Lightning does
     limit_train_batches: Batches = setting(
         1.0,
         f"more than 0 ({FRACTION_OR_COUNT.replace('batches', 'batches per epoch', 1)}): at 0 "
@@ -175,67 +231,81 @@ class Trainer(Node):
     limit_val_batches: Batches = setting(  # 0: no test set at all (the benchmark's steps)
         1.0, f"0 (no evaluation: no test accuracy) or more ({FRACTION_OR_COUNT})", 0.5, ge=0
     )
-    precision: Any = "32-true"  # Lightning also takes 64, 32, 16
-    num_sanity_val_steps: int = setting(0, "-1 (all) or more", ge=-1)
-    enable_model_summary: bool = False
-    gradient_clip_val: float | None = setting(
-        None, "0 or more (0: no clipping), or null", 1.0, ge=0
-    )
-    sync_batchnorm: bool = False
-    log_every_n_steps: int = setting(50, "1 or more", ge=1)
-    check_val_every_n_epoch: int | None = setting(1, "1 or more", 3, ge=1)
-    # Lightning's other numbers (``+trainer.<name>``), at Lightning's defaults: a fraction where
-    # a whole count is meant would silently train otherwise (no step at all with
-    # accumulate_grad_batches=1.5). val_check_interval also takes a duration, which Lightning
-    # checks (multigpu.run.lightning_arguments).
-    min_epochs: int | None = setting(None, "0 or more, or null", 1, ge=0)
-    min_steps: int | None = setting(None, "0 or more, or null", 100, ge=0)
-    fast_dev_run: bool | Annotated[int, Field(ge=0)] = setting(
-        False, "true, false or a number of batches (0 or more)"
-    )
     limit_test_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
     limit_predict_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
     overfit_batches: Batches = setting(0.0, f"0 (off) or more ({FRACTION_OR_COUNT})", 10, ge=0)
-    accumulate_grad_batches: int = setting(
-        1,
-        "1 or more (the batches whose gradients each optimizer step sums; 1: every batch)",
-        2,
-        ge=1,
-    )
-    reload_dataloaders_every_n_epochs: int = setting(0, "0 (never) or more", ge=0)
     val_check_interval: Annotated[Batches, Field(gt=0)] | str | dict | None = setting(
         None,
         "more than 0 (a whole number of batches, or a fraction of an epoch up to 1.0), or a "
         "duration DD:HH:MM:SS",
         0.5,
     )
+    check_val_every_n_epoch: int | None = setting(1, "1 or more", 3, ge=1)
+    num_sanity_val_steps: int = setting(0, "-1 (all) or more", ge=-1)
+    log_every_n_steps: int = setting(50, "1 or more", ge=1)
+    enable_checkpointing: bool | None = None
+    enable_progress_bar: bool | None = None
+    enable_model_summary: bool = False
+    accumulate_grad_batches: int = setting(
+        1,
+        "1 or more (the batches whose gradients each optimizer step sums; 1: every batch)",
+        2,
+        ge=1,
+    )
+    gradient_clip_val: float | None = setting(
+        None, "0 or more (0: no clipping), or null", 1.0, ge=0
+    )
+    gradient_clip_algorithm: ClipAlgorithm | None = None
+    deterministic: bool | Literal["warn"] | None = None
+    benchmark: bool | None = None
+    inference_mode: bool = True
+    use_distributed_sampler: bool = True
+    profiler: str | None = None
+    detect_anomaly: bool = False
+    barebones: bool = False
+    plugins: Any = None
+    sync_batchnorm: bool = False
+    reload_dataloaders_every_n_epochs: int = setting(0, "0 (never) or more", ge=0)
+    default_root_dir: str | None = None
+    enable_autolog_hparams: bool = True
+    model_registry: str | None = None
 
 
-class Strategy(Node):
+class ScatterAllreduce(Node):
     split_weights: list[float] | None = setting(None, example="[0.6,0.4]")
     trace_shapes: bool = False
     trace_steps: int = setting(2, "0 or more", ge=0)
+
+
+class DDP(Node):  # keys beyond these go on to Lightning's DDPStrategy, which answers them
     start_method: StartMethod = "auto"
     timeout_s: float = setting(
         300.0, f"positive, at most {MAX_TIMEOUT_S} (a week)", gt=0, le=MAX_TIMEOUT_S
     )
 
 
-class StepLR(Node):
-    step_size: int = setting(5, "1 or more (epochs between two decays)", ge=1)
+class Strategy(ScatterAllreduce, DDP):
+    """Every strategy's keys: the types and ranges of whichever the config names."""
+
+
+class StepLR(Node):  # the lengths (step_size, T_max) have no default in torch
+    what = "the scheduler"
+    step_size: int = setting(REQUIRED, "1 or more (epochs between two decays)", 5, ge=1)
     gamma: float = setting(0.1, "positive", gt=0)
 
 
 class CosineAnnealingLR(Node):
-    T_max: int = setting(10, "1 or more (the epochs the cosine decays over)", ge=1)
+    what = "the scheduler"
+    T_max: int = setting(REQUIRED, "1 or more (the epochs the cosine decays over)", 10, ge=1)
     eta_min: float = setting(0.0, "0 or more", ge=0)
 
 
 class Compile(Node):  # model.compile as torch.compile's keyword arguments
+    what = "torch.compile"
     fullgraph: bool = False
     dynamic: bool | None = None
     backend: str = "inductor"
-    mode: str | None = setting(None, example="max-autotune")
+    mode: CompileMode | None = setting(None, f"one of {', '.join(get_args(CompileMode))}")
     options: dict | None = setting(None, example="{}")
     disable: bool = False
 
@@ -252,6 +322,17 @@ SCHEMAS: dict[str, type[Node]] = {
 }
 # model.scheduler's keys depend on the scheduler it names.
 SCHEDULERS: dict[str, type[Node]] = {STEP_LR: StepLR, COSINE: CosineAnnealingLR}
+# What each node's ``_target_`` builds, with the model of the keys it takes. Another target is
+# refused under model (``settings.MUST_BUILD``); a data set or strategy of another target (a
+# user's own, Lightning's DDPStrategy) answers its keys itself.
+BUILDS: dict[str, dict[str, type[Node]]] = {
+    "model.net": {NETWORK: Net},
+    "model.optimizer": {SGD: Optimizer},
+    "model.scheduler": SCHEDULERS,
+    "model": {MODEL: Model},
+    "data": {FASHION_MNIST: FashionMNIST, SYNTHETIC: Synthetic},
+    "strategy": {SINGLE_DEVICE: Node, DATA_PARALLEL: Node, SCATTER_ALLREDUCE: ScatterAllreduce},
+}
 OPTIONAL_NODES = ("model.lr_scaling",)  # null means none of it
 KINDS = {
     int: "an integer",
@@ -282,10 +363,10 @@ def choices() -> dict[str, tuple[str, ...]]:
     """The keys whose value names a choice (annotated with a ``Literal`` type), and the names
     each accepts."""
     return {
-        f"{path}.{name}".lstrip("."): typing.get_args(info.annotation)
+        f"{path}.{name}".lstrip("."): names_of(info.annotation)
         for path, schema in SCHEMAS.items()
         for name, info in schema.model_fields.items()
-        if typing.get_origin(info.annotation) is typing.Literal
+        if names_of(info.annotation)
     }
 
 
@@ -362,6 +443,8 @@ def refusals(
         except ValidationError as refused:
             by_key: dict[str, list[dict]] = {}
             for error in refused.errors():
+                if error["type"] == "missing":  # settings.check_keys names it
+                    continue
                 by_key.setdefault(str(error["loc"][0]), []).append(error)
             for name, errors in by_key.items():
                 wrong_type = not any(is_out_of_range(e, node[name]) for e in errors)
@@ -402,13 +485,23 @@ def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ())
     given); the types are right by now."""
     for path, name, value, info, _ in refusals(tree, nodes):
         key = f"{path}.{name}".lstrip(".")
-        if typing.get_origin(info.annotation) is typing.Literal:
-            names = ", ".join(typing.get_args(info.annotation))
+        if names := ", ".join(names_of(info.annotation)):
             raise UserError(f"{key}={value!r} is not known: use one of {names}")
         example = f", e.g. {key}={as_override(example_of(info))}" if example_of(info) else ""
         if isinstance(value, list):  # time_to_targets
             raise UserError(f"{key}={value} must hold {info.description}{example}")
-        raise UserError(f"{key}={as_override(value)} must be {info.description}{example}")
+        wanted = info.description or kind(info.annotation)
+        raise UserError(f"{key}={as_override(value)} must be {wanted}{example}")
+
+
+def names_of(annotation: Any) -> tuple[str, ...]:
+    """The names a key of a ``Literal`` type (or null) takes; none for another type."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is Literal:
+        return get_args(annotation)
+    if len(args) == 1 and typing.get_origin(args[0]) is Literal:
+        return get_args(args[0])
+    return ()
 
 
 # Words ------------------------------------------------------------------------------------------
@@ -418,7 +511,7 @@ def kind(annotation: Any) -> str:
     if origin is Annotated:
         return kind(typing.get_args(annotation)[0])
     if origin is typing.Literal:
-        return "a name"
+        return " or ".join(typing.get_args(annotation))
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin is list:
         return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"

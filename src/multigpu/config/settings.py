@@ -26,35 +26,26 @@ from omegaconf import DictConfig, OmegaConf
 from multigpu.config.errors import UserError
 from multigpu.config.launch import check_world, cluster_started, mark_parent
 from multigpu.config.names import (
-    COMPILE_KEYS,
-    COMPILE_MODES,
-    CONFIG_ONLY_DATA_KEYS,
     COSINE,
     CPU_PRECISIONS,
     CUDA_PRECISIONS,
-    DATA_MODULE_KEYS,
     DATA_SIZES,
     HYDRA_KEYS,
     IMAGE_CHANNELS,
-    MODEL,
-    MODEL_KEYS,
     NETWORK,
-    NETWORK_KEYS,
     PRECISION_ALIASES,
-    SCHEDULER_KEYS,
-    SCHEDULER_REQUIRED,
     SGD,
-    SGD_KEYS,
-    STRATEGY_KEYS,
     SYNTHETIC,
-    TOP_NODES,
-    TRAINER_ARGUMENTS,
 )
 from multigpu.config.schema import (  # noqa: F401 (the limits: this module's too)
     ABSENT,
+    BUILDS,
     MAX_SEED,
     MAX_WIDTH,
+    Compile,
+    Node,
     Top,
+    Trainer,
     as_override,
     check_ranges_and_names,
     check_types,
@@ -305,7 +296,7 @@ PATHS = {  # what may be given besides a path
     "data.root": "",
     "data.source": ", or null (it follows MULTIGPU_DATA: unset that if it is empty)",
 }
-TOP_KEYS = (*Top.model_fields, *TOP_NODES)  # the config's own keys and its nodes
+TOP_KEYS = (*Top.model_fields, *Top.nodes)  # the config's own keys and its nodes
 # The nodes training builds from; eval.py's config has only some of them.
 REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strategy")
 
@@ -313,7 +304,7 @@ REQUIRED = ("data", "model", "model.net", "model.optimizer", "trainer", "strateg
 def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> None:
     """Each value alone (its type is already right): the keys each node may have, finiteness,
     ranges and names; ``choices`` (the group options) name the data and strategy in messages."""
-    check_known("", dict.fromkeys(cfg), TOP_KEYS, "the config")  # a key nothing would read
+    check_known("", dict.fromkeys(cfg), Top, "the config")  # a key nothing would read
     tree = config_tree(cfg)
     for path in REQUIRED:
         if select(tree, path) is ABSENT:
@@ -339,9 +330,7 @@ def check_evaluation(cfg: DictConfig, choices: Mapping[str, str]) -> None:
     shared = ("data.", "trainer.")
     check_numbers({key: tree[key] for key in ("data", "trainer") if key in tree})
     data = tree["data"]
-    if target_of(data) in DATA_MODULE_KEYS:
-        known = (*DATA_MODULE_KEYS[target_of(data)], *CONFIG_ONLY_DATA_KEYS)
-        check_known("data", data, known, f"data={choices.get('data', '?')}")
+    check_builds("data", data, choices)
     check_ranges_and_names(tree, shared)
     sizes = data_sizes(data)
     if sizes is not None:  # the classes are the checkpoint's: eval.py compares them
@@ -427,63 +416,57 @@ def check_max_time(value: Any) -> None:
         raise UserError(f"trainer.max_time={as_override(value)} leaves no time to train: {fix}")
 
 
-def one_of(key: str, value: Any, names: tuple[str, ...]) -> None:
-    if value not in (None, ABSENT) and value not in names:
-        raise UserError(f"{key}={value!r} is not known: use one of {', '.join(names)}")
-
-
 # Keys: what each node's target takes ----------------------------------------------------------
+# The model's nodes that must build what the project checks, and the fix that says so.
+MUST_BUILD = {
+    "model.net": ("a network", NETWORK),
+    "model.optimizer": ("an optimizer", SGD),
+    "model.scheduler": ("a scheduler", "+model/scheduler=step or cosine, or model.scheduler=null"),
+}
+
+
 def check_keys(tree: Mapping[str, Any], choices: Mapping[str, str]) -> None:
-    """Every key of a node is one its ``_target_`` takes (``multigpu.config.names``), so that a typo
-    or an unknown ``+key`` is named now, with the keys it could have been, not by the
-    constructor once torch has loaded."""
+    """Every key of a node is one its ``_target_`` takes (its model's fields,
+    ``multigpu.config.schema.BUILDS``), so that a typo or an unknown ``+key`` is named now, with
+    the keys it could have been, not by the constructor once torch has loaded."""
     if isinstance(tree["trainer"], Mapping):
-        check_known("trainer", tree["trainer"], TRAINER_ARGUMENTS, "Lightning's Trainer")
-    model = tree["model"]
-    check_target("model.net", model["net"], {NETWORK: NETWORK_KEYS}, "network", NETWORK)
-    check_target("model.optimizer", model["optimizer"], {SGD: SGD_KEYS}, "optimizer", SGD)
-    scheduler = model.get("scheduler")
+        check_known("trainer", tree["trainer"], Trainer, "Lightning's Trainer")
+    scheduler = select(tree, "model.scheduler")
     if scheduler is not None and not isinstance(scheduler, Mapping):
         raise UserError(
             f"model.scheduler={scheduler!r} must be null or a scheduler's settings, "
             "e.g. +model/scheduler=cosine"
         )
-    if scheduler is not None:
-        use = "+model/scheduler=step or cosine, or model.scheduler=null"
-        check_target("model.scheduler", scheduler, SCHEDULER_KEYS, "scheduler", use)
-        missing = [k for k in SCHEDULER_REQUIRED[target_of(scheduler)] if k not in scheduler]
-        if missing:
-            raise UserError(f"model.scheduler.{missing[0]} is missing: the scheduler needs it")
-    if isinstance(model.get("compile"), Mapping):
-        check_known("model.compile", model["compile"], COMPILE_KEYS, "torch.compile")
-        one_of("model.compile.mode", model["compile"].get("mode"), COMPILE_MODES)
-    if target_of(model) == MODEL:
-        check_known("model", model, MODEL_KEYS, "the model")
-    data, strategy = tree["data"], tree["strategy"]
-    if target_of(data) in DATA_MODULE_KEYS:
-        known = (*DATA_MODULE_KEYS[target_of(data)], *CONFIG_ONLY_DATA_KEYS)
-        check_known("data", data, known, f"data={choices.get('data', '?')}")
-    if target_of(strategy) in STRATEGY_KEYS:
-        known = STRATEGY_KEYS[target_of(strategy)]
-        check_known("strategy", strategy, known, f"strategy={choices.get('strategy', '?')}")
+    for path in BUILDS:
+        check_builds(path, select(tree, path), choices)
+    if isinstance(select(tree, "model.compile"), Mapping):
+        check_known("model.compile", tree["model"]["compile"], Compile, Compile.what)
 
 
-def check_target(
-    path: str, node: Mapping[str, Any], table: Mapping[str, tuple[str, ...]], what: str, use: str
-) -> None:
-    """``node`` builds one of ``table``'s targets (a ``what``), with keys that target takes."""
-    target = target_of(node)
-    if target not in table:
-        article = "an" if what[0] in "aeiou" else "a"
-        raise UserError(
-            f"{path}._target_={node.get('_target_')!r} is not {article} {what} this project "
-            f"checks: use {use}"
-        )
-    check_known(path, node, table[target], f"the {what}")
+def check_builds(path: str, node: Any, choices: Mapping[str, str]) -> None:
+    """``node`` builds a target the project knows (where it must), with keys that target takes
+    and those it cannot do without."""
+    if not isinstance(node, Mapping):
+        return
+    schema = BUILDS[path].get(target_of(node))
+    if schema is None:
+        if path in MUST_BUILD:
+            what, use = MUST_BUILD[path]
+            raise UserError(
+                f"{path}._target_={node.get('_target_')!r} is not {what} this project checks: "
+                f"use {use}"
+            )
+        return
+    what = f"{path}={choices.get(path, '?')}" if path in ("data", "strategy") else schema.what
+    check_known(path, node, schema, what)
+    missing = [k for k, f in schema.model_fields.items() if f.is_required() and k not in node]
+    if missing:
+        raise UserError(f"{path}.{missing[0]} is missing: {schema.what} needs it")
 
 
-def check_known(path: str, node: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
-    """Every key of ``node`` is one of ``known``: else the closest ones, or all of them."""
+def check_known(path: str, node: Mapping[str, Any], schema: type[Node], what: str) -> None:
+    """Every key of ``node`` is one ``schema`` takes: else the closest ones, or all of them."""
+    known = (*schema.model_fields, *schema.nodes)
     unknown = [key for key in node if key not in known and key not in HYDRA_KEYS]
     if not unknown:
         return
@@ -778,6 +761,13 @@ def check_schedule(model: Mapping[str, Any], trainer: Mapping[str, Any], lr: flo
             f"{epochs}: the last epoch would end without a test accuracy; use a divisor, e.g. "
             "trainer.check_val_every_n_epoch=${trainer.max_epochs} (the test set once, at the end)"
         )
+    for least, most in (("min_epochs", "max_epochs"), ("min_steps", "max_steps")):
+        low, high = trainer.get(least), trainer.get(most)
+        if is_count(low) and is_count(high) and high != -1 and low > high:
+            raise UserError(
+                f"trainer.{least}={low} is more than trainer.{most}={high}: Lightning would "
+                f"stop at {high}; use trainer.{least}<={high}, or raise trainer.{most}"
+            )
     warmup = (model.get("lr_scaling") or {}).get("warmup_epochs") or 0
     if epochs is not None and warmup > epochs:
         raise UserError(

@@ -19,14 +19,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from multigpu.config.mistakes import MISTAKES
+from multigpu.tools.bench.mistakes import MISTAKES
 from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.tools.markdown import table
 
 REPO = Path(__file__).resolve().parents[4]
 
 # The mistakes timed, by the name the tables show, and their case in the one list of them
-# (``multigpu.config.mistakes``), which gives the overrides.
+# (``multigpu.tools.bench.mistakes``), which gives the overrides.
 TIMED = [
     ("devices zero", "devices_zero"),
     ("devices negative", "devices_negative"),

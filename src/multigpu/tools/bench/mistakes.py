@@ -153,6 +153,26 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.max_time=00:00:00:00"],
         "trainer.max_time=00:00:00:00 leaves no time to train: give a duration above 0",
     ),
+    "min_epochs_above_max_epochs": (
+        ["+trainer.min_epochs=5", "trainer.max_epochs=2"],
+        "trainer.min_epochs=5 is more than trainer.max_epochs=2: Lightning would stop at 2",
+    ),
+    "min_steps_above_max_steps": (
+        ["+trainer.min_steps=50", "+trainer.max_steps=10"],
+        "trainer.min_steps=50 is more than trainer.max_steps=10",
+    ),
+    "deterministic_not_a_choice": (
+        ["+trainer.deterministic=xyz"],
+        "trainer.deterministic=xyz must be true or false or warn or null",
+    ),
+    "clip_algorithm_not_a_choice": (
+        ["+trainer.gradient_clip_algorithm=l2"],
+        "trainer.gradient_clip_algorithm='l2' is not known: use one of norm, value",
+    ),
+    "progress_bar_not_a_flag": (
+        ["+trainer.enable_progress_bar=maybe"],
+        "trainer.enable_progress_bar='maybe' must be true or false or null",
+    ),
     "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
     "accumulate_grad_batches_zero": (  # had been a ZeroDivisionError mid-epoch
         ["+trainer.accumulate_grad_batches=0"],
@@ -264,7 +284,8 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "float32_matmul_precision_not_a_name": (
         ["float32_matmul_precision=32"],
-        "float32_matmul_precision=32 must be a name, e.g. float32_matmul_precision=high",
+        "float32_matmul_precision=32 must be highest or high or medium, "
+        "e.g. float32_matmul_precision=high",
     ),
     "label_smoothing_one": (
         ["model.label_smoothing=1.0"],
