@@ -105,15 +105,6 @@ def check_launched(environ: Mapping[str, str]) -> None:
     )
 
 
-def restart_count(environ: Mapping[str, str]) -> int:
-    """How many times the launcher restarted this run: torchrun's elastic restarts, or SLURM
-    requeues (after preemption, a time limit's warning, ``scontrol requeue``)."""
-    for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"):
-        if environ.get(name, "").isdigit():
-            return int(environ[name])
-    return 0
-
-
 # Overrides that say where a run reads and writes, or how it shows: no part of its name.
 UNNAMED_NODES = ("hydra", "paths", "callbacks", "logger")
 UNNAMED_KEYS = ("data.root", "data.source", "data.download", "data.num_workers")
