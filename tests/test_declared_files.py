@@ -238,7 +238,10 @@ def test_bench_json_as_the_bench_builds_it_is_what_the_acceptance_reads(tmp_path
 @pytest.mark.parametrize(
     "rows,problem",
     [
-        ([{**EPOCH_ROW, "epoch_s": "3"}], 'configurations[0].epoch_s is "3", not a number or null'),
+        (
+            [{**EPOCH_ROW, "epoch_s": "3"}],
+            'configurations[0].epoch_s is "3", not a number from 0 or null',
+        ),
         ([{"name": "x", "width": 1}], "configurations[0] has neither images_per_s nor error"),
         ([{**EPOCH_ROW, "width": -1}], "configurations[0].width is -1, not a whole number from 0"),
     ],

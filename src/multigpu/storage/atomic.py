@@ -122,17 +122,14 @@ def check_writable(folder: str | Path) -> None:
 
 
 def sync_folder(folder: Path) -> None:
-    """Make the rename itself durable (a crash right after it keeps the new file)."""
-    try:
+    """Make the rename itself durable (a crash right after it keeps the new file); some file
+    systems cannot sync a folder, and the rename has happened regardless."""
+    with contextlib.suppress(OSError):
         descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass  # some file systems cannot sync a folder; the rename has happened regardless
-    finally:
-        os.close(descriptor)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
 
 
 def link_atomically(source: str | Path, target: str | Path) -> bool:

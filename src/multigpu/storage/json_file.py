@@ -66,7 +66,8 @@ def read_bounded(path: Path) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise BadRecord(path, "is not a regular file")
         if info.st_size > MAX_BYTES:
-            raise BadRecord(path, too_big(info.st_size))
+            size, limit = f"{info.st_size / 2**20:.1f} MiB", f"{MAX_BYTES // 2**20} MiB"
+            raise BadRecord(path, f"is {size}, more than such a file can be ({limit}): not read")
         with open(path, "rb") as file:
             data = file.read(info.st_size + 1)  # one more: to see a file that grew
     except FileNotFoundError:
@@ -78,11 +79,6 @@ def read_bounded(path: Path) -> bytes:
     if len(data) > info.st_size:
         raise BadRecord(path, "grew while it was read (still being written in place?)")
     return data
-
-
-def too_big(size: int) -> str:
-    limit = MAX_BYTES // 2**20
-    return f"is {size / 2**20:.1f} MiB, more than such a file can be ({limit} MiB): not read"
 
 
 def decode(path: Path, data: bytes) -> str:
@@ -102,42 +98,36 @@ def finite_or_none(literal: str) -> float | None:
 
 
 def describe_syntax_error(text: str, error: json.JSONDecodeError) -> str:
-    if looks_cut_short(text, error):
+    """A parser that failed at the end of the text, or in its last token (a string never
+    closed, ``nu`` of ``null``, ``0.`` of a number), read what a truncated file gives."""
+    rest = text[error.pos :].strip()
+    if (
+        not rest
+        or error.msg.startswith("Unterminated string")
+        or any(word.startswith(rest) for word in ("null", "true", "false"))
+        or NUMBER_TAIL.fullmatch(rest)
+    ):
         return "ends in the middle of its JSON (cut short: truncated, or still being written?)"
     return f"is not valid JSON: {error.msg} at line {error.lineno}, column {error.colno}"
 
 
-def looks_cut_short(text: str, error: json.JSONDecodeError) -> bool:
-    """The parser failed at the end of the text, or in its last token (a string never
-    closed, ``nu`` of ``null``, ``0.`` of a number): what a truncated file gives."""
-    rest = text[error.pos :].strip()
-    return (
-        not rest
-        or error.msg.startswith("Unterminated string")
-        or any(word.startswith(rest) for word in ("null", "true", "false"))
-        or NUMBER_TAIL.fullmatch(rest) is not None
-    )
-
-
-def out_of_bounds(data: Any) -> str | None:
-    """The first value nested deeper than ``MAX_DEPTH``, string (keys too) longer than
-    ``MAX_STRING`` or whole number beyond ``MAX_INTEGER``; None when there is none.
-    Iterative: a deep file cannot exhaust the stack here."""
-    stack: list[tuple[Any, tuple]] = [(data, ())]
-    while stack:
-        value, where = stack.pop()
-        if isinstance(value, str) and len(value) > MAX_STRING:
-            return too_long(name_of(where), len(value))
-        if isinstance(value, int) and not MAX_INTEGER >= value >= -MAX_INTEGER:
-            return f"{name_of(where)} is a whole number beyond 10^300 either way"
-        if not isinstance(value, (dict, list)):
-            continue
-        if len(where) >= MAX_DEPTH:
-            return f"{name_of(where)} nests deeper than {MAX_DEPTH} levels"
-        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
-            if isinstance(key, str) and len(key) > MAX_STRING:
-                return too_long(f"a key in {name_of(where)}", len(key))
-            stack.append((item, (*where, key)))
+def out_of_bounds(value: Any, where: tuple = ()) -> str | None:
+    """The first value, in the file's order, nested deeper than ``MAX_DEPTH``, string (keys
+    too) longer than ``MAX_STRING`` or whole number beyond ``MAX_INTEGER``; None when there is
+    none. The recursion stops at ``MAX_DEPTH``: a deep file cannot exhaust the stack."""
+    if isinstance(value, str) and len(value) > MAX_STRING:
+        return too_long(name_of(where), len(value))
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        return f"{name_of(where)} is a whole number beyond 10^300 either way"
+    if not isinstance(value, (dict, list)):
+        return None
+    if len(where) >= MAX_DEPTH:
+        return f"{name_of(where)} nests deeper than {MAX_DEPTH} levels"
+    for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+        if isinstance(key, str) and len(key) > MAX_STRING:
+            return too_long(f"a key in {name_of(where)}", len(key))
+        if problem := out_of_bounds(item, (*where, key)):
+            return problem
     return None
 
 

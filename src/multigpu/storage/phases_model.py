@@ -21,13 +21,10 @@ class Timing(FileModel):
     sd_ms: float = Field(description="the standard deviation")
 
 
-ONLY_NAMED = {"additionalProperties": False}  # as pydantic checks: no key but a phase name
-Timings = Annotated[
-    dict[PhaseName, Timing], Field(max_length=MAX_PHASES, json_schema_extra=ONLY_NAMED)
-]
-Means = Annotated[
-    dict[PhaseName, float], Field(max_length=MAX_PHASES, json_schema_extra=ONLY_NAMED)
-]
+# Few phases, and (as pydantic checks, so the JSON Schema says) no key but a phase name.
+ByPhase = Field(max_length=MAX_PHASES, json_schema_extra={"additionalProperties": False})
+Timings = Annotated[dict[PhaseName, Timing], ByPhase]
+Means = Annotated[dict[PhaseName, float], ByPhase]
 
 
 class PhaseEpoch(FileModel):

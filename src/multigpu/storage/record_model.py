@@ -74,19 +74,24 @@ class CompletedRunV1(CompletedRun):
     devices: DevicesAsGiven  # type: ignore[assignment]
 
 
-class Epoch(FileModel):
+class Measured(FileModel):
+    """What an epoch measured: a history's entry, and a bench's row (its last epoch)."""
+
+    test_acc: Fraction | None = about("test accuracy after the epoch")
+    epoch_s: Amount | None = about("the epoch's training time (compilation taken out)")
+    peak_gpu_mb: Amount | None = about("peak GPU memory (null on the CPU)")
+
+
+class Epoch(Measured):
     """One finished epoch."""
 
     epoch: Count = Field(description="the epoch, counted from 1 (from 0 before schema 3)")
     train_loss: float | None = about("the epoch's mean training loss")
     train_acc: Fraction | None = about("the epoch's training accuracy")
     lr: float | None = about("the learning rate at the epoch's end")
-    test_acc: Fraction | None = about("test accuracy after the epoch")
     test_loss: float | None = about("test loss after the epoch")
     val_acc: Fraction | None = about("validation accuracy (null without a validation split)")
-    epoch_s: Amount | None = about("the epoch's training time (compilation taken out)")
     samples_per_s: Amount | None = about("training samples per second over the epoch")
-    peak_gpu_mb: Amount | None = about("peak GPU memory (null on the CPU)")
     compile_s: Amount | None = about("seconds spent compiling in it (null when not compiled)")
     wall_s: Amount | None = about(
         "seconds since the run's start at the end of the epoch's evaluation"

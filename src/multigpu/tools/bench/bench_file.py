@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from multigpu.storage.file_model import FileModel, checked
 from multigpu.storage.json_file import read_json
-from multigpu.storage.record_model import Count, about
+from multigpu.storage.record_model import Count, Measured, about
 
 
 class Machine(FileModel):
@@ -30,20 +30,18 @@ class Settings(FileModel):
     tiny: bool = Field(False, description="a smoke test, which judges no target")
 
 
-class Configuration(FileModel):
-    """One configuration: the median over its rounds; or the error its last round ended in."""
+class Configuration(Measured):
+    """One configuration: the median over its rounds; or the error its last round ended in.
+    Whole epochs: test_acc and epoch_s as its run's last epoch has them."""
 
     name: str = Field(description="the configuration")
     width: Count = Field(description="the network's width (0: no network)")
     error: str | None = about("what a failed run said last")
     images_per_s: float | None = about("training (or loading) images per second")
-    epoch_s: float | None = about("whole epochs: seconds of the last one")
-    test_acc: float | None = about("whole epochs: test accuracy after the last one")
     epochs: Count | None = about("whole epochs: how many")
     tflops: float | None = about("achieved TFLOP/s (forward and backward)")
     mfu: float | None = about("tflops over the H100's dense bf16 peak")
     peak_rss_mb: float | None = about("the process's peak resident memory")
-    peak_gpu_mb: float | None = about("the peak GPU memory allocated")
 
     @model_validator(mode="after")
     def measured_or_failed(self) -> Configuration:
