@@ -59,11 +59,28 @@ def test_a_record_that_contradicts_itself_is_refused_and_listed_as_a_bad_row(tmp
     assert rows["b_bad"]["reason"] == f"b_bad/metrics.json: {assert_refused(bad)}"
 
 
+def test_a_run_does_not_take_over_a_folder_whose_record_contradicts_itself(tmp_path):
+    """The resume's reader (``admission.read_previous``) refuses it in the same line."""
+    from multigpu.config.errors import OccupiedFolder
+    from multigpu.run.admission import read_previous
+
+    path = write_job(tmp_path, "run", record(epochs=5))
+    with pytest.raises(OccupiedFolder) as refused:
+        read_previous(path)
+    assert str(refused.value).startswith(f"{path}: epochs is 5, but history holds 3")
+
+
 def test_best_below_an_earlier_epochs_test_acc_is_refused(tmp_path):
     content = record(best_test_acc=0.75)
     content["history"][0]["test_acc"] = 0.875  # the best epoch was the first
     path = write_job(tmp_path, "job", content)
     assert assert_refused(path) == "best_test_acc 0.75 is below history[0].test_acc 0.875"
+
+
+def test_a_record_that_leaves_the_derived_keys_out_is_read(tmp_path):
+    """A key may be left out (older versions): nothing to contradict."""
+    content = {k: v for k, v in record().items() if k not in ("epochs", "test_acc")}
+    assert read_record(write_job(tmp_path, "job", content))["best_test_acc"] == 0.75
 
 
 def test_a_test_accuracy_only_every_other_epoch_agrees(tmp_path):
