@@ -1,8 +1,8 @@
 """A misspelt key or option is answered in one line with the closest valid names, before torch
 is imported (``multigpu.config.typos``): the named cases of the task, then generated ones (every key
-of a composed config, misspelt by one character, is found and its original suggested; every
-key set to its own value passes), the keys judged against Hydra's composition, and a few real
-``train.py`` runs."""
+of a composed config, Hydra's own included, misspelt by one character and set or deleted, is
+found and its original suggested; every key set to its own value, or deleted, passes), the
+keys judged against Hydra's composition, and a few real ``train.py`` runs."""
 
 from __future__ import annotations
 
@@ -20,13 +20,8 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config.names import TRAINER_ARGUMENTS
-from multigpu.config.typos import (
-    Composition,
-    composing,
-    dotted_keys,
-    find_typos,
-    parse_overrides,
-)
+from multigpu.config.typo_hydra import dotted_keys
+from multigpu.config.typos import PARAMS, Composition, composing, find_typos, parse_overrides
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
@@ -214,6 +209,36 @@ NAMED = {
         "strategy=ddpp is not an option of strategy: did you mean ddp?",
         ["ddp"],
     ),
+    "delete_misspelt_key": (  # Hydra's own answer is a page: "Could not delete from config"
+        "config",
+        ["~model.net.widht"],
+        "model.net.widht is not a setting: did you mean model.net.width?",
+        ["model.net.width"],
+    ),
+    "delete_misspelt_group": (
+        "config",
+        ["~model/schedular"],
+        "model/schedular is not a config group: did you mean model/scheduler?",
+        ["model/scheduler"],
+    ),
+    "hydra_key": (  # Hydra's own answer is a page: "Could not override", "Key 'dri' not in"
+        "config",
+        ["hydra.run.dri=/tmp/x"],
+        "hydra.run.dri is not a setting: did you mean hydra.run.dir?",
+        ["hydra.run.dir"],
+    ),
+    "optuna_sweeper_key": (  # judged against the sweeper the command line chose
+        "config",
+        ["-m", "hparams_search=optuna", "hydra.sweeper.n_trial=3"],
+        "hydra.sweeper.n_trial is not a setting: did you mean hydra.sweeper.n_trials?",
+        ["hydra.sweeper.n_trials"],
+    ),
+    "hydra_key_of_the_launcher_chosen": (
+        "config",
+        ["hydra/launcher=slurm", "hydra.launcher.partitio=gpu"],
+        "hydra.launcher.partitio is not a setting: did you mean hydra.launcher.partition?",
+        ["hydra.launcher.partition"],
+    ),
     "eval_key": (
         "eval",
         ["ckpt_path=x.ckpt", "trainer.devics=1"],
@@ -235,8 +260,15 @@ VALID = {
     "sweep": ["-m", "trainer.max_epochs=1,2", "strategy=ddp,dp", "data.batch_size=range(8,9)"],
     "added": ["+trainer.max_steps=3", "+model/scheduler=cosine", "model.scheduler.T_max=2"],
     "forced": ["++trainer.max_epochs=3", "++trainer.benchmark=true", "++anything.else=1"],
-    "deleted": ["~seed", "~callbacks.progress_bar"],
+    "deleted": ["~seed", "~callbacks.progress_bar", "~logger"],
     "hydra_own": ["hydra.run.dir=x", "hydra/launcher=slurm", "hydra.job.chdir=true"],
+    "hydra_keys_of_the_options_chosen": [
+        "-m",
+        "hparams_search=optuna",
+        "hydra.sweeper.n_trials=3",
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=gpu",
+    ],
     "flags": ["--cfg", "job", "-p", "trainer", "trainer.max_epochs=1"],
     "new_key_left_to_hydra": ["+foo.bar=1"],
     "another_config": ["-cn", "eval", "whatever=1"],
@@ -314,11 +346,24 @@ def command_lines(draw, config: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
-    """Every dotted key of the config Hydra composes (Hydra's own aside)."""
+def composed(config: str, overrides: tuple[str, ...]) -> dict:
+    """The config Hydra composes, its own ``hydra`` node included."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config, overrides=list(overrides))
-    return frozenset(dotted_keys(OmegaConf.to_container(cfg, resolve=False), ""))
+        cfg = compose(config, overrides=list(overrides), return_hydra_config=True)
+    return OmegaConf.to_container(cfg, resolve=False)
+
+
+def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
+    """Every dotted key of the config Hydra composes, Hydra's own (``hydra.run.dir``) too."""
+    return frozenset(dotted_keys(composed(config, overrides), ""))
+
+
+def settable(keys, hydra: bool) -> list[str]:
+    """The keys an override can name, Hydra's own or the project's: none of the runtime's
+    ``hydra/env`` choices (a ``/`` makes a group) or the sweeper's params (their own check)."""
+    return sorted(
+        k for k in keys if k.startswith("hydra") == hydra and "/" not in k and PARAMS not in k
+    )
 
 
 CONFIGS = st.sampled_from(["config", "eval"])
@@ -374,14 +419,16 @@ def parses(override: str) -> bool:
 @SLOW_HYPOTHESIS
 @given(st.data())
 def test_a_misspelt_key_is_found_and_its_original_suggested(data):
+    """Any key, the project's or Hydra's own, set or deleted (``~key``) under any options."""
     config = data.draw(CONFIGS)
     overrides = data.draw(command_lines(config))
     keys = composed_keys(config, overrides)
-    original = data.draw(st.sampled_from(sorted(keys)))
+    original = data.draw(st.sampled_from(settable(keys, hydra=data.draw(st.booleans()))))
     misspelt = data.draw(one_edit(original))
-    assume(misspelt not in keys and misspelt not in groups(config) and parses(f"{misspelt}=1"))
-    assume(not misspelt.startswith("hydra"))
-    (typo,) = typos([*overrides, f"{misspelt}=1"], config)
+    override = data.draw(st.sampled_from([f"{misspelt}=1", f"~{misspelt}"]))
+    assume(misspelt not in keys and misspelt not in groups(config) and parses(override))
+    assume(not misspelt.startswith(PARAMS))
+    (typo,) = typos([*overrides, override], config)
     assert "\n" not in typo.message and typo.message.startswith(f"{misspelt} is not a setting")
     assert original in typo.suggestions or f"+{original}" in typo.suggestions, typo
 
@@ -404,13 +451,16 @@ def override_value(value) -> str:
 @SLOW_HYPOTHESIS
 @given(st.data())
 def test_a_key_set_to_its_own_value_passes(data):
+    """Any key, the project's or Hydra's own, set to its value or deleted."""
     config = data.draw(CONFIGS)
     overrides = data.draw(command_lines(config))
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = OmegaConf.to_container(compose(config, overrides=list(overrides)), resolve=False)
-    key = data.draw(st.sampled_from(sorted(composed_keys(config, overrides))))
-    value = functools.reduce(lambda node, name: node[name], key.split("."), cfg)
-    assert typos([*overrides, f"{key}={override_value(value)}"], config) == []
+    keys = settable(composed_keys(config, overrides), hydra=data.draw(st.booleans()))
+    key = data.draw(st.sampled_from(keys))
+    value = functools.reduce(
+        lambda node, name: node[name], key.split("."), composed(config, overrides)
+    )
+    override = data.draw(st.sampled_from([f"{key}={override_value(value)}", f"~{key}"]))
+    assert typos([*overrides, override], config) == []
 
 
 def seconds(function) -> float:
@@ -442,6 +492,8 @@ SUBPROCESS = {
     "option": ("train.py", ["strategy=ddpp"], "strategy=ddpp is not an option of strategy: did"),
     "trainer_argument": ("train.py", ["+trainer.max_epoch=3"], "did you mean trainer.max_epochs"),
     "eval_key": ("eval.py", ["ckpt_path=x.ckpt", "trainer.devics=1"], "mean trainer.devices?"),
+    "delete": ("train.py", ["~model.net.widht"], "did you mean model.net.width?"),
+    "hydra_key": ("train.py", ["hydra.run.dri=out"], "did you mean hydra.run.dir?"),
 }
 
 

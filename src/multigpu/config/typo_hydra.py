@@ -1,0 +1,150 @@
+"""What Hydra offers one command line, with nothing judged yet: its overrides, parsed as Hydra
+parses them; its config groups and their options, as Hydra's config sources list them (its own
+and plugins' included); and the config it composes from the command line's group choices, with
+every key of it. ``multigpu.config.typos`` judges the command line against these.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any
+
+# Hydra's flags that load another config (or none), or do something else: the check stands aside.
+STAND_ASIDE = ("config_name", "config_path", "config_dir", "experimental_rerun", "shell_completion",
+               "info")  # fmt: skip
+
+
+class UsageError(Exception):
+    """The command line is not for this check (a parse error, another config): Hydra answers."""
+
+
+def conf_dir() -> Path:
+    """``conf/`` beside the running script, where ``@hydra.main(config_path="conf")`` reads."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or sys.argv[0]
+    beside = Path(script).resolve().parent / "conf"
+    return beside if beside.is_dir() else Path(__file__).resolve().parents[3] / "conf"
+
+
+def composing(conf: Path) -> Any:
+    """Hydra initialised on ``conf`` as ``@hydra.main`` will be (a context: it is undone)."""
+    from hydra import initialize_config_dir
+
+    return initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3")
+
+
+def parse_overrides(argv: list[str]) -> list[Any]:
+    """Hydra's overrides in ``argv`` (its own flags set aside), parsed as Hydra parses them."""
+    from hydra._internal.utils import get_args_parser  # the flags @hydra.main reads
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = get_args_parser()
+    parser.error = raise_usage_error  # type: ignore[method-assign]
+    args, _ = parser.parse_known_args([a for a in argv if a != "--version"])  # it would exit
+    if "--version" in argv or any(getattr(args, name, None) for name in STAND_ASIDE):
+        raise UsageError("another config or action")
+    try:
+        return OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException as err:
+        raise UsageError(str(err)) from err
+
+
+def raise_usage_error(message: str) -> None:
+    raise UsageError(message)
+
+
+def values(override: Any) -> list[Any]:
+    """The values an override gives: each of a choice sweep's, none of a range's or glob's."""
+    value = override.value()
+    return list(getattr(value, "list", [])) if override.is_sweep_override() else [value]
+
+
+def option_values(override: Any) -> list[str]:
+    """The options an override names that a check can read (no null, no ``${``)."""
+    return [v for v in values(override) if isinstance(v, str) and "$" not in v]
+
+
+class Offer:
+    """What Hydra offers one primary config and command line: its groups and their options,
+    and the config it composes from the command line's group choices (composed only when a
+    key is asked for). Used within ``composing``."""
+
+    def __init__(self, config_name: str, overrides: list[Any]):
+        from hydra.core.global_hydra import GlobalHydra
+
+        # Hydra's config sources, as its public loader gives them to plugins: its own listing
+        # (get_group_options) deep-copies its repository on every call, 70 ms each
+        self.sources = GlobalHydra.instance().config_loader().get_sources()
+        self.config_name, self.overrides = config_name, overrides
+
+    @functools.cached_property
+    def listed(self) -> set[str]:
+        """Every config group Hydra lists (``model/scheduler``), its own and plugins' included."""
+        found, pending = set(), self.options("", "GROUP")
+        while pending:
+            found.add(group := pending.pop())
+            pending += [f"{group}/{child}" for child in self.options(group, "GROUP")]
+        return found - {"hydra"}
+
+    @functools.cached_property
+    def groups(self) -> set[str]:
+        """The project's config groups, Hydra's own (``hydra/launcher``) aside."""
+        return {group for group in self.listed if not group.startswith("hydra/")}
+
+    def options(self, group: str, kind: str = "CONFIG") -> list[str]:
+        """The options (``GROUP``: the groups) Hydra's sources list in ``group``."""
+        from hydra.core.object_type import ObjectType
+
+        found = (s.list(group, ObjectType[kind]) for s in self.sources if s.is_group(group))
+        return sorted(set().union(*found))
+
+    @functools.cached_property
+    def config(self) -> Any:
+        """The config Hydra composes from the command line's group choices (a sweep's first
+        option), ``hydra`` node included; None where Hydra cannot compose them."""
+        return self.compose([])
+
+    @functools.cached_property
+    def keys(self) -> set[str]:
+        """Every dotted key of ``config``, Hydra's own (``hydra.run.dir``) included."""
+        return composed_keys(self.config)
+
+    def compose(self, more: list[str]) -> Any:
+        """Hydra's composition of the command line's valid group choices and ``more``, or None."""
+        from hydra import compose
+
+        chosen = [line for o in self.overrides if (line := self.composable(o))]
+        try:
+            return compose(self.config_name, [*chosen, *more], return_hydra_config=True)
+        except Exception:  # Hydra will say what is wrong with the choices themselves
+            return None
+
+    def composable(self, override: Any) -> str | None:
+        """A group's choice as composition can take it (a deletion, or options all listed: a
+        sweep's first), Hydra's own groups' too; None for anything else."""
+        if override.key_or_group not in self.listed:
+            return None
+        if override.is_delete():
+            return override.input_line
+        options = option_values(override)
+        listed = set(self.options(override.key_or_group))
+        valid = options and None not in values(override) and set(options) <= listed
+        return f"{override.get_key_element()}={options[0]}" if valid else None
+
+
+def composed_keys(cfg: Any) -> set[str]:
+    """Every dotted key of a composed config (none for no config)."""
+    from omegaconf import OmegaConf
+
+    return set() if cfg is None else set(dotted_keys(OmegaConf.to_container(cfg), ""))
+
+
+def dotted_keys(node: dict, prefix: str) -> list[str]:
+    """Every key of a mapping, nested ones dotted (``model.optimizer.lr``)."""
+    keys = []
+    for name, value in node.items():
+        keys.append(key := f"{prefix}.{name}" if prefix else str(name))
+        keys += dotted_keys(value, key) if isinstance(value, dict) else []
+    return keys
