@@ -370,8 +370,8 @@ def test_accumulate_grad_batches_zero_is_refused_before_anything_is_written(tmp_
 
 
 def test_a_trainer_argument_only_lightning_refuses_writes_nothing(tmp_path):
-    """What Lightning refuses only when it builds its Trainer (a gradient clipping algorithm it
-    does not know) is found by admission, which builds one before the run's folder exists."""
+    """What Lightning refuses only when it builds its Trainer (a profiler it does not know) is
+    found by admission, which builds one before the run's folder exists."""
     from conftest import compose_config
 
     from multigpu.config.settings import Machine
@@ -379,12 +379,12 @@ def test_a_trainer_argument_only_lightning_refuses_writes_nothing(tmp_path):
     from multigpu.run.cli import hydra_runtime
 
     folder = tmp_path / "run"
-    cfg = compose_config([*SYNTHETIC, "+trainer.gradient_clip_algorithm=sideways"], folder)
+    cfg = compose_config([*SYNTHETIC, "+trainer.profiler=sideways"], folder)
     with pytest.raises(UserError) as refused:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), folder)
     assert str(refused.value) == (
-        "trainer: `gradient_clip_algorithm` sideways is invalid. Allowed algorithms: "
-        "['value', 'norm']."
+        "trainer: When passing string value for the `profiler` parameter of `Trainer`, it can "
+        "only be one of ['simple', 'advanced', 'pytorch', 'xla']"
     )
     assert list(tmp_path.iterdir()) == []
 
