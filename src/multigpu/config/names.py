@@ -51,9 +51,10 @@ DATA_PARALLEL = "multigpu.strategies.DataParallelStrategy"
 SCATTER_ALLREDUCE = "multigpu.strategies.ScatterAllreduceStrategy"
 HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")  # any node's
 
-# inspect.signature(pytorch_lightning.Trainer.__init__) without ``self``, read once so that a
-# typo is found without importing Lightning (tests/test_typos.py fails when Lightning changes
-# it). The config's trainer node holds these only (multigpu.config.settings.check_keys).
+# inspect.signature(pytorch_lightning.Trainer.__init__) without ``self``, the keys of the
+# schema's Trainer model too, listed here as well because the typo check answers before
+# Lightning and pydantic load (0.3 s here); tests/test_typos.py and tests/test_settings.py keep
+# both equal to Lightning's signature.
 TRAINER_ARGUMENTS = (
     "accelerator",
     "strategy",

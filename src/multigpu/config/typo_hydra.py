@@ -12,8 +12,10 @@ from pathlib import Path
 from typing import Any
 
 # Hydra's flags that load another config (or none), or do something else: the check stands aside.
-STAND_ASIDE = ("config_name", "config_path", "config_dir", "experimental_rerun", "shell_completion",
-               "info")  # fmt: skip
+STAND_ASIDE = (
+    *("config_name", "config_path", "config_dir", "experimental_rerun"),
+    *("shell_completion", "info"),
+)
 
 
 class UsageError(Exception):
