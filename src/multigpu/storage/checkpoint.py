@@ -8,21 +8,22 @@ used; and every way a file can fail to be one of ours said in one line.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import inspect
 import re
+import textwrap
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from packaging.version import InvalidVersion, Version
 from pydantic import ValidationError
 from torch import nn
 
 from multigpu.config.errors import UserError
+from multigpu.config.names import NETWORK
 from multigpu.models import resnet18
-from multigpu.storage.checkpoint_model import Checkpoint, clip, describe, explain, read
+from multigpu.storage.checkpoint_errors import EDITED, explain
+from multigpu.storage.checkpoint_model import READ, RESUME, Checkpoint
 from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
 from multigpu.storage.outcome import summary_line
 
@@ -30,13 +31,7 @@ if TYPE_CHECKING:
     from multigpu.models.classifier import ImageClassifier
 
 NET_PREFIX = "net."
-NETWORK = "multigpu.models.resnet18"
 DIGEST = "multigpu_digest"  # the key the digest of the rest of the checkpoint is stored under
-VERSION = "pytorch-lightning_version"
-# What Lightning needs to continue training from a checkpoint, beyond the weights.
-TRAINING_STATE = ("optimizer_states", "loops", "epoch", "global_step")
-RESUME_STATE = (*TRAINING_STATE, "lr_schedulers", "callbacks", VERSION)
-OLDEST_LIGHTNING = Version("2.4")  # the oldest this project wrote (pyproject: >=2.4)
 MAX_DEPTH = 32  # containers inside containers; a checkpoint of train.py nests 7 deep
 MAX_VALUES = 200_000  # values visited (shared ones each time); train.py's hold a few hundred
 
@@ -70,9 +65,9 @@ def digest(checkpoint: Mapping[str, Any]) -> str:
     return hasher.hexdigest()
 
 
-def check_intact(checkpoint: Mapping[str, Any], path: Path) -> None:
+def check_intact(checkpoint: Any, path: Path) -> None:
     """A checkpoint that records a digest must still match it (older ones record none)."""
-    recorded = checkpoint.get(DIGEST)
+    recorded = checkpoint.get(DIGEST) if isinstance(checkpoint, Mapping) else None
     if recorded is None:
         return
     try:
@@ -96,40 +91,55 @@ def check_intact(checkpoint: Mapping[str, Any], path: Path) -> None:
     )
 
 
+def check_size(checkpoint: Any, path: Path) -> None:
+    """Nesting depth and the number of values bounded, walked without recursion: a deep or
+    self-containing structure is refused in one line before anything recursive (the digest,
+    Lightning) walks it; a sparse tensor too (train.py writes dense ones only)."""
+    stack, seen = [(checkpoint, 0)], 0
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if depth > MAX_DEPTH or seen > MAX_VALUES:
+            what = (
+                f"nests deeper than {MAX_DEPTH}" if depth > MAX_DEPTH else "holds too many values"
+            )
+            raise UserError(
+                f"ckpt_path={path} is malformed: it {what} (a checkpoint of train.py nests 7 "
+                f"deep and holds a few hundred values); {EDITED}"
+            )
+        if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            raise UserError(
+                f"ckpt_path={path} is malformed: it holds a {value.layout} tensor (train.py "
+                f"writes dense ones); {EDITED}"
+            )
+        if isinstance(value, Mapping):
+            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((item, depth + 1) for item in value)
+
+
 # Reading ----------------------------------------------------------------------------------------
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
     """``torch.load(weights_only=True)``: a checkpoint from an untrusted place cannot run code;
-    then the whole structure is checked (``check_structure``) before any field is used."""
+    then bounded, compared with its digest, and checked whole before any field is used."""
     path = checkpoint_file(path)  # a regular file: a FIFO would block the read
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling fails in many ways (RecursionError included)
-        if not starts_like_a_checkpoint(path):  # pickle's own complaint would mean nothing
-            raise UserError(
-                f"ckpt_path={path} is not a checkpoint (train.py writes a zip archive of "
-                "tensors; this file is something else): pass a .ckpt file written by train.py"
-            ) from None
         code = re.search(r"GLOBAL (\S+)", str(err))
-        if code:
-            raise UserError(
-                f"ckpt_path={path} refused: it contains code ({code[1]}); a checkpoint written "
-                "by train.py holds only tensors and plain values"
-            ) from None
-        raise UserError(
-            f"ckpt_path={path} is not a readable checkpoint ({refusal(err)}): "
-            "pass a .ckpt file written by train.py"
-        ) from None
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        bare = isinstance(checkpoint, dict) and all(
-            isinstance(v, torch.Tensor) for v in checkpoint.values()
-        )
-        what = "a bare state_dict of tensors" if bare else f"a {type(checkpoint).__name__}"
-        raise UserError(
-            f"ckpt_path={path} is {what}, not a checkpoint written by train.py (no state_dict)"
-        )
+        if not starts_like_a_checkpoint(path):  # pickle's own complaint would mean nothing
+            said = "is not a checkpoint (train.py writes a zip archive of tensors; this file is "
+            said += "something else): pass a .ckpt file written by train.py"
+        elif code:
+            said = f"refused: it contains code ({code[1]}); a checkpoint written by train.py "
+            said += "holds only tensors and plain values"
+        else:
+            said = f"is not a readable checkpoint ({refusal(err)}): pass a .ckpt file written by "
+            said += "train.py"
+        raise UserError(f"ckpt_path={path} {said}") from None
     check_size(checkpoint, path)  # before the digest, which walks the whole structure
     check_intact(checkpoint, path)
-    check_structure(checkpoint, path)
+    validated(checkpoint, path)  # all of it, the weights' values too
     return checkpoint
 
 
@@ -145,98 +155,37 @@ def starts_like_a_checkpoint(path: Path) -> bool:
 
 
 def refusal(err: BaseException) -> str:
-    """Why torch could not read the file, in a few words: the unpickler's own reason rather
-    than the advice around it (which suggests ``weights_only=False``)."""
+    """Why torch could not read the file, in a few words cut at a word: the unpickler's own
+    reason rather than the advice around it (which suggests ``weights_only=False``)."""
     text = str(err)
     found = re.search(r"WeightsUnpickler error:\s*(.+?)(?:\n\s*\n|$)", text, re.DOTALL)
     reason = " ".join((found[1] if found else summary_line(text)).split())
     if " " not in reason:  # a bare key or number (KeyError: 1149) says little alone
         reason = f"{type(err).__name__}: {reason}" if reason else type(err).__name__
-    return clip(reason)
+    return textwrap.shorten(reason, 200, placeholder="...")
 
 
-# Structure --------------------------------------------------------------------------------------
-def check_size(checkpoint: Any, path: Path) -> None:
-    """Nesting depth and the number of values bounded, walked without recursion: a deep or
-    self-containing structure is refused in one line before anything recursive (the digest,
-    Lightning) walks it; a sparse tensor too (train.py writes dense ones only)."""
-    stack, seen = [(checkpoint, 0)], 0
-    while stack:
-        value, depth = stack.pop()
-        seen += 1
-        if depth > MAX_DEPTH or seen > MAX_VALUES:
-            deep = depth > MAX_DEPTH
-            what = f"nests deeper than {MAX_DEPTH}" if deep else "holds too many values"
-            raise UserError(
-                f"ckpt_path={path} is malformed: it {what} (a checkpoint of train.py nests 7 "
-                "deep and holds a few hundred values); it was edited, or not written by train.py"
-            )
-        if isinstance(value, Mapping):
-            stack.extend((item, depth + 1) for pair in value.items() for item in pair)
-        elif isinstance(value, (list, tuple, set, frozenset)):
-            stack.extend((item, depth + 1) for item in value)
-        elif isinstance(value, torch.Tensor) and value.layout != torch.strided:
-            raise UserError(
-                f"ckpt_path={path} is malformed: it holds a {value.layout} tensor (train.py "
-                "writes dense ones); it was edited, or not written by train.py"
-            )
-
-
-def check_version(checkpoint: dict[str, Any], path: Path) -> None:
-    """Lightning migrates a checkpoint by its version tag before reading it: a tag it cannot
-    parse, or older than any this project wrote, ends in a traceback there; a newer one may
-    hold state this Lightning does not know."""
-    if VERSION not in checkpoint:
-        return  # weights only: check_resumable refuses it for training
-    tag = checkpoint[VERSION]
+def validated(checkpoint: Any, path: str | Path, purpose: str | None = None) -> Checkpoint:
+    """The checkpoint through its declaration (``purpose``: its validation context), or one
+    line naming the file and the first rule it breaks."""
     try:
-        version = Version(tag) if isinstance(tag, str) else None
-    except InvalidVersion:
-        version = None
-    if version is None:
-        raise UserError(
-            f"ckpt_path={path} records {VERSION}={describe(tag)}, not a version number: it was "
-            "edited, or not written by train.py"
-        )
-    if version < OLDEST_LIGHTNING:
-        raise UserError(
-            f"ckpt_path={path} was written by Lightning {version}, older than {OLDEST_LIGHTNING} "
-            "(the oldest this project wrote with): it was edited, or not written by train.py"
-        )
-    installed = importlib.metadata.version("pytorch-lightning")  # not imported: a refusal is fast
-    if version > Version(installed):
-        raise UserError(
-            f"ckpt_path={path} was written by Lightning {version}, newer than the installed "
-            f"{installed}: install pytorch-lightning=={version} to read it, or train again"
-        )
-
-
-def check_network_settings(checkpoint: dict[str, Any], path: Path) -> None:
-    """``hyper_parameters.net``: what eval.py builds and a resume is compared with."""
-    hparams = checkpoint.get("hyper_parameters")
-    if hparams is None or isinstance(hparams, dict) and "net" not in hparams:
-        raise UserError(
-            f"ckpt_path={path} records no network settings (hyper_parameters.net): "
-            "it was not written by train.py"
-        )
-
-
-def check_structure(checkpoint: dict[str, Any], path: str | Path) -> None:
-    """Everything train.py, eval.py and Lightning read (``Checkpoint``), checked before any of
-    it is used, so that a file that is not what train.py writes ends in one line naming the file
-    and the place, never in a traceback mid-resume."""
-    check_version(checkpoint, Path(path))
-    check_network_settings(checkpoint, Path(path))
-    try:
-        Checkpoint.model_validate(checkpoint)  # all of it, the weights' values too
+        return Checkpoint.model_validate(checkpoint, context=purpose)
     except ValidationError as err:
-        raise UserError(
-            f"ckpt_path={path} is malformed: {explain(err)}; it was edited, or not written by "
-            "train.py"
-        ) from None
+        raise UserError(f"ckpt_path={path} {explain(err)}") from None
+
+
+def read(checkpoint: dict[str, Any]) -> Checkpoint:
+    """The values of a checkpoint ``load_checkpoint`` returned (the weights are not scanned
+    again)."""
+    return Checkpoint.model_validate(checkpoint, context=READ)
 
 
 # What a resume reads (of a checkpoint load_checkpoint returned) ---------------------------------
+def check_resumable(path: str | Path, checkpoint: dict[str, Any]) -> None:
+    """Training continues from a checkpoint only with all of its training state."""
+    validated(checkpoint, path, RESUME)
+
+
 def epoch_history(checkpoint: dict[str, Any]) -> list[dict[str, Any]] | None:
     """The run's history (one entry per finished epoch), if the checkpoint carries one."""
     history = read(checkpoint).history
@@ -276,17 +225,7 @@ def network_state(checkpoint: dict[str, Any]) -> dict[str, torch.Tensor]:
     return {k[len(NET_PREFIX) :]: v for k, v in state.items() if k.startswith(NET_PREFIX)}
 
 
-# Fitting ----------------------------------------------------------------------------------------
-def _differences(trained: dict[str, Any], configured: dict[str, Any]) -> list[str]:
-    keys = sorted(set(trained) & set(configured))
-    text = {None: "null", True: "true", False: "false"}
-    return [
-        f"model.net.{k}={text.get(trained[k], trained[k])}"
-        for k in keys
-        if trained[k] != configured[k]
-    ]
-
-
+# Fitting a built network ------------------------------------------------------------------------
 def check_fits(
     path: str | Path,
     checkpoint: dict[str, Any],
@@ -296,23 +235,27 @@ def check_fits(
 ) -> None:
     """Raise a one-line ``UserError`` naming the first parameter whose name or shape differs
     between the checkpoint and ``net``, built from the ``configured`` settings."""
-    saved = network_state(checkpoint)
-    expected = net.state_dict()
-    fix = _differences(network_config(checkpoint, path), configured)
+    saved, expected = network_state(checkpoint), net.state_dict()
+    trained = network_config(checkpoint, path)
+    text = {None: "null", True: "true", False: "false"}
+    fix = [
+        f"model.net.{k}={text.get(trained[k], trained[k])}"
+        for k in sorted(set(trained) & set(configured))
+        if trained[k] != configured[k]
+    ]
     if hint is None:
         hint = f"it was trained with {' '.join(fix)}" if fix else "use its training settings"
     for name, tensor in expected.items():
         if name not in saved:
-            raise UserError(
-                f"ckpt_path={path} has no parameter {name!r}: it is not a checkpoint of "
-                f"this network; {hint}"
+            said = f"has no parameter {name!r}: it is not a checkpoint of this network"
+        elif tuple(saved[name].shape) != tuple(tensor.shape):
+            said = (
+                f"does not fit this network: parameter {name!r} has shape "
+                f"{list(saved[name].shape)} in the checkpoint and {list(tensor.shape)} here"
             )
-        if tuple(saved[name].shape) != tuple(tensor.shape):
-            raise UserError(
-                f"ckpt_path={path} does not fit this network: parameter {name!r} has "
-                f"shape {list(saved[name].shape)} in the checkpoint and {list(tensor.shape)} "
-                f"here; {hint}"
-            )
+        else:
+            continue
+        raise UserError(f"ckpt_path={path} {said}; {hint}")
     extra = sorted(set(saved) - set(expected))
     if extra:
         raise UserError(
@@ -325,36 +268,20 @@ def check_optimizer_fits(path: str | Path, checkpoint: dict[str, Any], net: nn.M
     """The optimizer state is for this network's parameters, in the order the module gives
     them to its optimizer: as many, momentum and moments of each one's shape (else torch
     fails at the first step). Called once the weights fit, so a mismatch means an edit."""
-    shapes = [tuple(p.shape) for p in net.parameters()]
-    edited = "it was edited, or not written by train.py"
+    shapes = [list(p.shape) for p in net.parameters()]
     for i, state in enumerate(read(checkpoint).optimizer_states or []):
         count = sum(len(group.params) for group in state.param_groups)
         if count != len(shapes):
-            raise UserError(
-                f"ckpt_path={path} holds optimizer state for {count} parameters and its "
-                f"network has {len(shapes)}; {edited}"
-            )
+            said = f"holds optimizer state for {count} parameters and its network has {len(shapes)}"
+            raise UserError(f"ckpt_path={path} {said}; {EDITED}")
         for number, values in state.state.items():
             for name, value in values.shaped().items():
-                if tuple(value.shape) != shapes[number]:
+                if list(value.shape) != shapes[number]:
                     raise UserError(
-                        f"ckpt_path={path} has optimizer_states[{i}].state[{number}].{name} "
-                        f"of shape {list(value.shape)} for a parameter of shape "
-                        f"{list(shapes[number])}; {edited}"
+                        f"ckpt_path={path} has optimizer_states[{i}].state[{number}].{name} of "
+                        f"shape {list(value.shape)} for a parameter of shape {shapes[number]}; "
+                        f"{EDITED}"
                     )
-
-
-def check_resumable(path: str | Path, checkpoint: dict[str, Any]) -> None:
-    """Training continues from a checkpoint only with all of its training state (optimizer,
-    schedulers, loops, callbacks, the Lightning version that wrote it)."""
-    missing = [key for key in TRAINING_STATE if key not in checkpoint] or [
-        key for key in RESUME_STATE if key not in checkpoint
-    ]
-    if missing:
-        raise UserError(
-            f"ckpt_path={path} holds weights but no training state ({', '.join(missing)}): "
-            "training cannot continue from it; eval.py can still evaluate it"
-        )
 
 
 # Building ---------------------------------------------------------------------------------------

@@ -1,17 +1,18 @@
 """What train.py, eval.py and Lightning read of a checkpoint, declared once: the check that
 refuses a file and the readers of its values use these models. Strict (``'5'`` is no count,
 ``True`` no number); keys beyond those read are allowed; a field defaulting to ``None`` may be
-absent, and is checked when present. ``explain`` says pydantic's first error in one line.
+absent, and is checked when present. Broken rules are said by ``checkpoint_errors``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import inspect
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any, Generic, TypeVar
 
 import torch
+from packaging.version import InvalidVersion, Version
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -21,90 +22,31 @@ from pydantic import (
     InstanceOf,
     JsonValue,
     ValidationInfo,
-    WrapValidator,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError, ValidationError
+
+from multigpu.storage.checkpoint_errors import (
+    EDITED,
+    SHORT,
+    Expected,
+    describe,
+    disagree,
+    refused,
+    wrong,
+)
 
 HISTORY = "EpochHistory"  # the callback whose state holds the run's history
+VERSION = "pytorch-lightning_version"
+OLDEST_LIGHTNING = Version("2.4")  # the oldest this project wrote (pyproject: >=2.4)
+# What Lightning needs to continue training from a checkpoint, beyond the weights.
+TRAINING_STATE = ("optimizer_states", "loops", "epoch", "global_step")
+RESUME_STATE = (*TRAINING_STATE, "lr_schedulers", "callbacks", VERSION)
 # Per-parameter optimizer state of the parameter's own shape (torch.optim's optimizers).
 SHAPED = {"momentum_buffer", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "exp_inf", "square_avg"}
 SHAPED |= {"acc_delta", "grad_avg", "sum", "ax", "prev", "step_size"}
-WORDS = {"dict_type": "a dict", "model_type": "a dict", "list_type": "a list"}
-WORDS |= {"string_type": "a name (str)", "invalid_key": "a name (str)"}  # a dict's keys
-SAID = {"missing": "is missing", "too_short": "is empty, expected at least one"}
-READ = {"checked": True}  # the validation context of ``read``
-
-
-# Saying a place and a value ---------------------------------------------------------------------
-def clip(text: str, limit: int = 200) -> str:
-    """``text`` whole if short, else cut at a word boundary with an ellipsis: a reason is read,
-    so it never ends mid-word."""
-    if len(text) <= limit:
-        return text
-    cut = text[: limit - 3]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "..."
-
-
-def describe(value: Any) -> str:
-    """A value in a few words: its type, and its own text when short."""
-    if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {list(value.shape)}"
-    if isinstance(value, Mapping):
-        return f"a dict of {len(value)} key(s)"
-    if isinstance(value, (list, tuple)):
-        return f"a {type(value).__name__} of {len(value)}"
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return clip(repr(value), 60)
-    return f"a {type(value).__name__}"
-
-
-def place(loc: Sequence[Any]) -> str:
-    """``loops.fit_loop['epoch_loop.state_dict']``: a place in the checkpoint, as code reads it."""
-    where = ""
-    for key in loc:
-        name = isinstance(key, str) and re.fullmatch(r"[A-Za-z_]\w*", key, re.ASCII)
-        where += (f".{key}" if where else key) if name else f"[{clip(repr(key), 60)}]"
-    return where
-
-
-def explain(err: ValidationError) -> str:
-    """The first place pydantic found wrong: ``<where> is <value>, expected <...>``, or the
-    words of the rule it breaks."""
-    error = err.errors(include_url=False)[0]
-    kind, words = error["type"], WORDS.get(error["type"], error["msg"])
-    loc = [*error["loc"], *error.get("ctx", {}).get("at", ())]
-    said = SAID.get(kind, f"is {describe(error['input'])}, expected {words}")
-    if loc[-1:] == ["[key]"] or kind == "invalid_key":  # a dict's key: the place is the dict's
-        loc = loc[:-1] if loc[-1] == "[key]" else loc
-        said = f"has the key {describe(loc.pop())}, expected {words}"
-    if kind == "malformed":  # a rule's own words, after the place it names, if any
-        return f"{place(loc)} {words}".strip()
-    return f"{place(loc) or 'it'} {said}"
-
-
-def wrong(text: str, *at: Any) -> PydanticCustomError:
-    """A rule broken at the place validated, or at ``at`` within it."""
-    return PydanticCustomError("malformed", text, {"at": at})
-
-
-def expect(words: str) -> WrapValidator:
-    """The words an error says this type with: one error, where pydantic has one per member of
-    a union; an error at one of the value's items is said where it is."""
-
-    def wrap(value: Any, handler: Any) -> Any:
-        try:
-            return handler(value)
-        except ValidationError as err:
-            items = value if isinstance(value, dict) else ()
-            items = range(len(value)) if isinstance(value, (list, tuple)) else items
-            if all(e["loc"] and e["loc"][0] in items for e in err.errors()):
-                raise
-            raise PydanticCustomError("expected", words) from None
-
-    return WrapValidator(wrap)
+# Validation contexts: a file's first check scans the weights; reading a checked one does not.
+READ, RESUME = "read", "resume"
 
 
 # Values -----------------------------------------------------------------------------------------
@@ -112,32 +54,65 @@ def scalar(value: Any) -> Any:
     """A 0-dim tensor counts as its value (torch keeps some hyperparameters as tensors); no other
     tensor does (pydantic's strict float takes one holding one value)."""
     if isinstance(value, torch.Tensor) and (value.dim() or value.is_complex()):
-        raise PydanticCustomError("number", "a number")
+        raise ValueError("a tensor of more than one value")
     return value.item() if isinstance(value, torch.Tensor) else value
 
 
 def finite(weights: torch.Tensor, info: ValidationInfo) -> torch.Tensor:
     """Never saved by train.py (its divergence guard stops before the checkpoint): resumed,
-    such weights "diverge" at once; evaluated, they score chance. Scanned when a file is
-    checked, not each time a value of a checked one is read (``read``)."""
-    if info.context == READ or not weights.is_floating_point():
-        return weights
-    if not bool(torch.isfinite(weights).all()):
-        raise wrong("holds NaN or infinite values")
+    such weights "diverge" at once; evaluated, they score chance."""
+    if info.context is None and weights.is_floating_point():
+        if not bool(torch.isfinite(weights).all()):
+            raise wrong("holds NaN or infinite values")
     return weights
 
 
-Count = Annotated[int, Field(ge=0), expect("an integer >= 0")]  # Lightning computes with these
-Flag = Annotated[bool, expect("true or false")]
-MaybeFlag = Annotated[bool | None, expect("true, false or null")]
+def lightning_version(tag: Any) -> Any:
+    """Lightning migrates a checkpoint by this tag before reading it: a tag it cannot parse, or
+    older than any this project wrote, ends in a traceback there; a newer one may hold state
+    this Lightning does not know."""
+    try:
+        version = Version(tag)
+    except (InvalidVersion, TypeError):
+        raise refused(
+            f"records {VERSION}={describe(tag)}, not a version number: {EDITED}"
+        ) from None
+    if version < OLDEST_LIGHTNING:
+        raise refused(
+            f"was written by Lightning {version}, older than {OLDEST_LIGHTNING} (the oldest this "
+            f"project wrote with): {EDITED}"
+        )
+    installed = importlib.metadata.version("pytorch-lightning")  # not imported: a refusal is fast
+    if version > Version(installed):
+        raise refused(
+            f"was written by Lightning {version}, newer than the installed {installed}: install "
+            f"pytorch-lightning=={version} to read it, or train again"
+        )
+    return tag
+
+
+def network_settings(hparams: Any) -> Any:
+    """What eval.py builds and a resume is compared with: a file without it is no run's."""
+    if hparams is None or isinstance(hparams, dict) and "net" not in hparams:
+        raise refused(
+            "records no network settings (hyper_parameters.net): it was not written by train.py"
+        )
+    return hparams
+
+
+Count = Annotated[int, Field(ge=0), Expected("an integer >= 0")]  # Lightning computes with these
+Flag = Annotated[bool, Expected("true or false")]
+MaybeFlag = Annotated[bool | None, Expected("true, false or null")]
 Number = int | InstanceOf[float]  # not a tensor (pydantic's strict float would take one)
 Scalar = Annotated[float, BeforeValidator(scalar)]
-Rate = Annotated[Scalar, Field(ge=0, allow_inf_nan=False), expect("a number >= 0")]
-Pair = Annotated[Sequence[Rate], Field(min_length=2, max_length=2), expect("two numbers")]
-Plain = Annotated[None | bool | Number | str, expect("a plain value")]
+Rate = Annotated[Scalar, Field(ge=0, allow_inf_nan=False), Expected("a number >= 0")]
+Two = Annotated[Sequence[Any], Field(min_length=2, max_length=2)]
+Pair = Annotated[Sequence[Rate], Expected("two numbers", Two)]
+Plain = Annotated[None | bool | Number | str, Expected("a plain value")]
+Loose = Annotated[Plain | Scalar | list | tuple, Expected("a plain value")]  # torch's own
 Names = dict[str, Any]  # every dict Lightning and train.py write has names for keys (but one)
-OptionalNames = Annotated[Names | None, expect("a dict or null")]
-Name = Annotated[str | None, expect("a name or null")]
+OptionalNames = Annotated[Names | None, Expected("a dict or null", dict | None)]
+Name = Annotated[str | None, Expected("a name or null")]
 T = TypeVar("T")
 
 
@@ -167,7 +142,7 @@ class ParamGroup(Strict):
     centered: Flag = None
     foreach: MaybeFlag = None
     fused: MaybeFlag = None
-    __pydantic_extra__: dict[str, Annotated[Plain | Scalar | list | tuple, expect("a plain value")]]
+    __pydantic_extra__: dict[str, Loose]
 
     def holds(self, key: str) -> bool:
         return key in self.model_fields_set or key in (self.model_extra or {})
@@ -177,8 +152,8 @@ class ParameterState(Strict):
     """Momentum, moments: tensors, or nothing yet; ``step`` may be a number (torch makes it a
     tensor when it loads)."""
 
-    step: Annotated[torch.Tensor | Number | None, expect("a tensor, a number or null")] = None
-    __pydantic_extra__: dict[str, Annotated[torch.Tensor | None, expect("a tensor or null")]]
+    step: Annotated[torch.Tensor | Number | None, Expected("a tensor, a number or null")] = None
+    __pydantic_extra__: dict[str, Annotated[torch.Tensor | None, Expected("a tensor or null")]]
 
     def shaped(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in (self.model_extra or {}).items() if k in SHAPED and v is not None}
@@ -195,7 +170,7 @@ class OptimizerState(Strict):
     def numbered(self) -> OptimizerState:
         numbers = [n for group in self.param_groups for n in group.params]
         if numbers != list(range(len(numbers))):
-            text = f"number the parameters {clip(str(numbers), 60)}, expected 0..{len(numbers) - 1}"
+            text = f"number the parameters {SHORT.repr(numbers)}, expected 0..{len(numbers) - 1}"
             raise wrong(f"{text} in order", "param_groups")
         for key in (k for k in self.state if k >= len(numbers)):
             raise wrong("names no parameter of its param_groups", "state", key)
@@ -305,7 +280,7 @@ class Loops(Strict):
 
 class Epoch(Strict):
     epoch: Count
-    __pydantic_extra__: dict[str, Annotated[Number | None, expect("a number or null")]]
+    __pydantic_extra__: dict[str, Annotated[Number | None, Expected("a number or null")]]
 
 
 class History(Strict):
@@ -319,7 +294,7 @@ class History(Strict):
         epochs = [item.epoch for item in history]
         first = epochs[0] if epochs else 1
         if first not in (0, 1) or epochs != list(range(first, first + len(epochs))):
-            raise wrong(f"numbers its epochs {clip(str(epochs), 60)}, expected 1 to {len(epochs)}")
+            raise wrong(f"numbers its epochs {SHORT.repr(epochs)}, expected 1 to {len(epochs)}")
         return history
 
 
@@ -329,10 +304,10 @@ class Callbacks(Strict):
 
 
 class Scaler(Strict):  # fp16's loss scaler (GradScaler.load_state_dict)
-    scale: Annotated[Scalar, expect("a number")]
-    growth_factor: Annotated[Scalar, expect("a number")]
-    backoff_factor: Annotated[Scalar, expect("a number")]
-    growth_interval: Annotated[Scalar, expect("a number")]
+    scale: Annotated[Scalar, Expected("a number")]
+    growth_factor: Annotated[Scalar, Expected("a number")]
+    backoff_factor: Annotated[Scalar, Expected("a number")]
+    growth_interval: Annotated[Scalar, Expected("a number")]
 
 
 # The weights and the settings -------------------------------------------------------------------
@@ -359,23 +334,28 @@ class HyperParameters(Strict):
 
 class DataSettings(Strict):
     normalize: Flag = None  # eval.py reads it
-    __pydantic_extra__: dict[str, Annotated[Plain | list[Plain], expect("a plain value")]]
+    __pydantic_extra__: dict[str, Annotated[Plain | list[Plain], Expected("a plain value")]]
 
 
-Weight = Annotated[torch.Tensor, expect("a tensor"), AfterValidator(finite)]
-DottedKey = Annotated[str, Field(min_length=1), expect("dotted config keys")]
-Json = Annotated[JsonValue, expect("a plain value, or a list or dict of them")]
-Settings = Annotated[dict[DottedKey, Json] | None, expect("a dict of dotted keys or null")]
+Weight = Annotated[torch.Tensor, Expected("a tensor"), AfterValidator(finite)]
+DottedKey = Annotated[str, Field(min_length=1), Expected("dotted config keys")]
+Json = Annotated[JsonValue, Expected("a plain value, or a list or dict of them")]
+Settings = Annotated[
+    dict[DottedKey, Json] | None, Expected("a dict of dotted keys or null", dict | None)
+]
 
 
 # The checkpoint ---------------------------------------------------------------------------------
 class Checkpoint(Strict):
-    """The weights, the settings they were trained with, the data's settings; then what a
-    resume reads, each part checked where present (a part missing is for ``check_resumable`` to
-    refuse: eval.py does not need it); then the rules between the parts."""
+    """The Lightning version, the weights and the settings they were trained with; then what a
+    resume reads, each part checked where present (eval.py needs none of it); then the rules
+    between the parts. The first rule broken is the one said: the fields in this order."""
 
-    state_dict: Annotated[dict[str, Weight], expect("a dict of tensors")]
-    hyper_parameters: HyperParameters
+    version: Annotated[Any, AfterValidator(lightning_version)] = Field(None, alias=VERSION)
+    hyper_parameters: Annotated[HyperParameters, BeforeValidator(network_settings)] = Field(
+        None, validate_default=True
+    )
+    state_dict: Annotated[dict[str, Weight], Expected("a dict of tensors", dict)]
     datamodule_hyper_parameters: DataSettings | None = None
     hparams_name: Name = None
     datamodule_hparams_name: Name = None
@@ -403,6 +383,36 @@ class Checkpoint(Strict):
             return len(self.history)
         return 0 if self.epoch is None else self.epoch + 1
 
+    @model_validator(mode="before")
+    @classmethod
+    def written_by_train_py(cls, checkpoint: Any) -> Any:
+        """A dict with the weights under ``state_dict``: a bare state_dict is said to be one."""
+        if isinstance(checkpoint, dict) and "state_dict" in checkpoint:
+            return checkpoint
+        bare = isinstance(checkpoint, dict) and all(
+            isinstance(v, torch.Tensor) for v in checkpoint.values()
+        )
+        what = "a bare state_dict of tensors" if bare else f"a {type(checkpoint).__name__}"
+        raise refused(f"is {what}, not a checkpoint written by train.py (no state_dict)")
+
+    @model_validator(mode="after")
+    def resumable_when_resuming(self, info: ValidationInfo) -> Checkpoint:
+        """Training continues from all of its training state (the training state first: a file
+        of weights alone is said to be that); eval.py needs none of it."""
+        if info.context != RESUME:
+            return self
+        held = {
+            f.alias or n for n, f in Checkpoint.model_fields.items() if n in self.model_fields_set
+        }
+        missing = [key for key in RESUME_STATE if key not in held]
+        if missing:
+            missing = [key for key in missing if key in TRAINING_STATE] or missing
+            raise refused(
+                f"holds weights but no training state ({', '.join(missing)}): training cannot "
+                "continue from it; eval.py can still evaluate it"
+            )
+        return self
+
     @model_validator(mode="after")
     def groups_hold_their_settings(self) -> Checkpoint:
         """torch puts a loaded group in place of its own, and its step reads them."""
@@ -419,10 +429,8 @@ class Checkpoint(Strict):
         states, configured = self.lr_schedulers, bool(self.hyper_parameters.scheduler)
         if states is not None and len(states) != configured:
             says = "names one" if configured else "is null"
-            raise wrong(
-                f"lr_schedulers holds {len(states)} state(s) but hyper_parameters.scheduler "
-                f"{says}: the two disagree"
-            )
+            said = f"holds {len(states)} state(s) but hyper_parameters.scheduler {says}"
+            raise disagree(said, "lr_schedulers")
         return self
 
     @model_validator(mode="after")
@@ -434,17 +442,13 @@ class Checkpoint(Strict):
             return self
         completed = fit.epoch_progress.current.completed
         if self.epoch not in (None, completed):
-            raise wrong(
-                f"epoch is {self.epoch} but loops.fit_loop.epoch_progress has {completed} "
-                "completed: the two disagree"
-            )
-        automatic = fit.automatic_steps.optimizer.step.total.completed
-        steps = {automatic, fit.manual_steps.total.completed}
+            said = f"is {self.epoch} but loops.fit_loop.epoch_progress has {completed} completed"
+            raise disagree(said, "epoch")
+        steps = {fit.manual_steps.total.completed}
+        steps.add(fit.automatic_steps.optimizer.step.total.completed)
         if self.global_step not in (None, *steps):
-            raise wrong(
-                f"global_step is {self.global_step} but the loop state counts {max(steps)} "
-                "optimizer steps: the two disagree"
-            )
+            said = f"is {self.global_step} but the loop state counts {max(steps)} optimizer steps"
+            raise disagree(said, "global_step")
         return self
 
     @model_validator(mode="after")
@@ -457,24 +461,14 @@ class Checkpoint(Strict):
         if self.loops is None and epoch is not None:  # the epoch it was in, or the next one
             counted, source = {epoch, epoch + 1}, "epoch says"
         if history is not None and len(history) not in counted:
-            raise wrong(
-                f"the history holds {len(history)} epoch(s) but {source} {max(counted)} "
-                "finished: the two disagree"
-            )
+            said = f"the history holds {len(history)} epoch(s) but {source} {max(counted)} finished"
+            raise disagree(said)
         # A scheduler stepped with the optimizer (model.scheduler_interval=step) counts steps.
         per_step = (self.settings or {}).get("model.scheduler_interval") == "step"
         limit = self.global_step if per_step else finished
         unit = "optimizer step(s)" if per_step else "finished epoch(s)"
         for i, state in enumerate(self.lr_schedulers or []):
             if limit is not None and state.last_epoch > limit:
-                raise wrong(
-                    f"lr_schedulers[{i}].last_epoch is {state.last_epoch} after {limit} {unit}: "
-                    "the two disagree"
-                )
+                said = f"is {state.last_epoch} after {limit} {unit}"
+                raise disagree(said, "lr_schedulers", i, "last_epoch")
         return self
-
-
-def read(checkpoint: Mapping[str, Any]) -> Checkpoint:
-    """The values of a checkpoint ``load_checkpoint`` returned, through the declarations that
-    checked it (a reader of one value does not scan the weights again)."""
-    return Checkpoint.model_validate(checkpoint, context=READ)
