@@ -12,12 +12,23 @@ A run folder, once used, belongs to one run: another run of the same settings ma
 (a launcher's restart, a sweep run again, the same command again after an interruption), a
 run of other settings is refused, and a finished run is never overwritten or relabelled.
 Every folder the run writes in (``written_folders``: its run folder and its checkpoint folder)
-must be free of any other live run, and a checkpoint folder of its own choosing
+must be free of any other live run, none may be (or be inside) the folder of another run (one
+that holds another run's ``metrics.json``), and a checkpoint folder of its own choosing
 (``callbacks.checkpoint.dirpath``) that holds checkpoints must hold this run's.
+
+A record only moves forward: a resume into a folder that holds a record of its run continues
+that record (``check_moves_forward``): an older checkpoint (``previous.ckpt``) or another run's
+is refused there, naming the folder's ``last.ckpt`` or a new folder instead.
+
+A folder Hydra makes (``hydra.run.dir``, ``hydra.sweep.dir``, both under ``paths.runs_dir`` by
+default) is made as spelt, before any of the project's code runs: one spelt with ``~`` is
+refused (``check_hydra_folder``), since Hydra would make a folder named ``~`` where the
+project's checks and locks read ``$HOME`` (``multigpu.storage.paths.canonical``).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,6 +45,7 @@ from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ckpt_path import LAST
 from multigpu.storage.ownership import check_free
 from multigpu.storage.paths import canonical, is_within
+from multigpu.storage.record import agree
 from multigpu.storage.record_file import BadRecord, read_record
 
 FINISHED = ("completed", "diverged")  # running them again would give the same
@@ -56,6 +68,7 @@ class Admission:
     history: list[dict[str, Any]] = field(default_factory=list)  # the folder's, continued
     finished: dict[str, Any] | None = None  # the folder's finished record: nothing to run
     folders: dict[str, Path] = field(default_factory=dict)  # written_folders: the run owns them
+    recorded: list[dict[str, Any]] = field(default_factory=list)  # the folder's record's history
 
     @property
     def ckpt_path(self) -> Path | None:
@@ -67,12 +80,6 @@ class Admission:
         """The folder its checkpoints go to; None for a run that does not start."""
         return checkpoint_folder(self.folders) if self.folders else None
 
-    @property
-    def epochs_before(self) -> int:
-        """The epochs the run already holds: its folder's history, or the resumed checkpoint's
-        (restored before any training)."""
-        return self.resume.epochs if self.resume else len(self.history)
-
 
 def admit(
     cfg: DictConfig,
@@ -82,6 +89,7 @@ def admit(
     rank_zero: bool = True,
 ) -> Admission:
     """Raise ``UserError`` (a refused run) or ``NothingToDo`` (a notice), or say how to start."""
+    check_hydra_folder(cfg, output_dir)
     run = resolve_run(cfg, choices, machine)
     settings = computation(cfg, run)
     allowed = allowed_changes(container(cfg.get("resume_changes")))
@@ -99,6 +107,7 @@ def admit(
     folders = written_folders(cfg, output_dir)
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
+        check_outside_other_runs(folders)
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -109,7 +118,8 @@ def admit(
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
         check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
-    admission = starting_point(cfg, Admission(run, settings, folders=folders), allowed, own)
+    fresh = Admission(run, settings, folders=folders)
+    admission = starting_point(cfg, fresh, allowed, own, rank_zero)
     if rank_zero:  # what only Lightning refuses, once everything checked before torch passed
         from multigpu.run.lightning_arguments import check_trainer_arguments
 
@@ -117,20 +127,110 @@ def admit(
     return admission
 
 
-def starting_point(cfg: DictConfig, fresh: Admission, allowed: list[str], own: Folder) -> Admission:
+def starting_point(
+    cfg: DictConfig, fresh: Admission, allowed: list[str], own: Folder, rank_zero: bool = True
+) -> Admission:
     """Where an admitted run starts: the checkpoint it resumes (``ckpt_path``), the one whose
-    weights it starts from (``init_from``), or its own folder (continued, or new)."""
+    weights it starts from (``init_from``), or its own folder (continued, or new). A run folder
+    that holds a record of this run is continued, never taken back."""
     ckpt_path, init_from, runs_dir = cfg.get("ckpt_path"), cfg.get("init_from"), cfg.paths.runs_dir
     net = container(cfg.model.net)
+    fresh = replace(fresh, recorded=own.recorded)
     if ckpt_path is not None:
         max_steps, max_epochs = cfg.trainer.get("max_steps", -1), fresh.run.max_epochs
         resume = plan_resume(
             ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps
         )
+        if rank_zero:  # the others may find rank 0's record ahead already
+            check_moves_forward(fresh.folders, own, resume)
         return replace(fresh, resume=resume)
     if init_from is not None:
+        if rank_zero and own.recorded:
+            run_folder = fresh.folders[RUN_FOLDER]
+            raise OccupiedFolder(
+                f"{run_folder} holds {len(own.recorded)} epoch(s) of this run: init_from starts "
+                f"a new run, whose record would replace them; pass another hydra.run.dir (or "
+                f"continue that run: the same command without init_from)"
+            )
         return replace(fresh, init_from=plan_init(init_from, runs_dir, net))
     return replace(fresh, continued=own.continued, history=own.history)
+
+
+def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -> None:
+    """A resume into a run folder that holds a record of its run continues that record, which
+    only moves forward: the checkpoint carries the record's epochs (the same ones, as far as both
+    go) and no fewer, or it is the folder's own ``last.ckpt`` (behind its record when
+    ``callbacks.checkpoint.every_n_epochs`` > 1, or when the run was killed between writing the
+    two: the record keeps its later epochs until they are trained again, as when the folder is
+    continued without ``ckpt_path``). An older checkpoint (``previous.ckpt``, or one copied
+    aside) or another run's is refused before anything is written: resumed in place, it would
+    take the record back and overwrite the folder's checkpoints."""
+    recorded = own.recorded
+    if not recorded:
+        return
+    run_folder, last = folders[RUN_FOLDER], checkpoint_folder(folders) / LAST
+    path, carried = resume.path, resume.history
+    if canonical(path) == canonical(last) and agree(carried, recorded):
+        return
+    continue_there = f"continue {run_folder} with ckpt_path={last}" if last.is_file() else ""
+    new_folder = f"resume {path.name} into a new folder (another hydra.run.dir)"
+    if not agree(carried, recorded):
+        raise OccupiedFolder(
+            f"ckpt_path={path} is not of the run that {run_folder} holds (its history differs "
+            f"from that folder's {RECORD}): resumed there it would replace that run's record; "
+            + ", or ".join(filter(None, [new_folder, continue_there]))
+        )
+    if max(resume.epochs, len(carried)) < len(recorded):
+        raise OccupiedFolder(
+            f"ckpt_path={path} holds {resume.epochs} epoch(s), and {run_folder / RECORD} "
+            f"{len(recorded)}: resumed in {run_folder}, it would take the record back to "
+            f"{resume.epochs}; " + ", or ".join(filter(None, [continue_there, new_folder]))
+        )
+
+
+def check_hydra_folder(cfg: DictConfig, output_dir: str | Path) -> None:
+    """The run's folder (a sweep's, for a job of one) as Hydra makes it: before any of the
+    project's code runs, as spelt. A ``~`` at its start would make a folder named ``~`` in the
+    working folder, while every check, lock and write of the project reads the folder as
+    ``$HOME``'s (``canonical``): refused, naming the setting that spelt it."""
+    hydra = cfg.get("hydra") if isinstance(cfg, DictConfig) else None
+    spelt: list[tuple[str, str]] = [("hydra.run.dir", str(output_dir))]
+    if hydra is not None and hydra.get("mode") is not None and str(hydra.mode).endswith("MULTIRUN"):
+        spelt.append(("hydra.sweep.dir", str(hydra.sweep.dir)))
+    runs_dir = str((cfg.get("paths") or {}).get("runs_dir", ""))
+    for key, value in spelt:
+        if not value.startswith("~"):
+            continue
+        if runs_dir.startswith("~") and value.startswith(runs_dir):
+            key, value = "paths.runs_dir", runs_dir
+        example = os.path.expanduser(value)
+        raise UserError(
+            f"{key}={value} starts with ~, which Hydra does not expand: it would make a folder "
+            f"named ~ in {os.getcwd()}; pass an absolute path, e.g. {key}={example} (the shell "
+            f"expands {key}=$HOME/...)"
+        )
+
+
+def check_outside_other_runs(folders: dict[str, Path]) -> None:
+    """No folder the run writes in is, or is inside, the folder of another run (one that holds
+    a ``metrics.json`` other than this run's own): a checkpoint folder pointed at another run's
+    folder or its ``checkpoints`` would overwrite its files, with two owners of one folder."""
+    run_folder = folders[RUN_FOLDER]
+    for key, folder in folders.items():
+        start = folder.parent if key == RUN_FOLDER else folder  # its own record: folder_state's
+        for candidate in (start, *start.parents):
+            if candidate == run_folder:
+                break  # inside this run's own folder
+            if os.path.lexists(candidate / RECORD):
+                where = (
+                    "another run's folder"
+                    if candidate == folder
+                    else f"inside another run's folder, {candidate}"
+                )
+                raise OccupiedFolder(
+                    f"{folder} ({key}) is {where} (it holds that run's {RECORD}): its files are "
+                    f"left as they are; pass a {key} outside other runs' folders"
+                )
 
 
 def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
@@ -198,6 +298,7 @@ class Folder:
     continued: Path | None = None
     history: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
+    recorded: list[dict[str, Any]] = field(default_factory=list)  # its unfinished record's
 
 
 def folder_state(
@@ -238,14 +339,14 @@ def folder_state(
     history = previous.get("history")
     history = history if isinstance(history, list) else []
     if not last.is_file():
-        return Folder()
+        return Folder(recorded=history)
     if isinstance(max_epochs, int) and max_epochs != -1 and len(history) >= max_epochs:
         raise NothingToDo(  # not continued to a `completed` of fewer epochs than it holds
             f"{output_dir} holds this run, {status} after {len(history)} epoch(s), and "
             f"trainer.max_epochs={max_epochs}: nothing to train, and its record is unchanged "
             f"(continue it with trainer.max_epochs>{len(history)})"
         )
-    return Folder(continued=last, history=history)
+    return Folder(continued=last, history=history, recorded=history)
 
 
 def check_nothing_else(output_dir: Path) -> None:

@@ -41,6 +41,7 @@ from multigpu.run.build import build
 from multigpu.run.lightning_arguments import lightning_refusal
 from multigpu.run.quiet import quiet
 from multigpu.run.resume import check_same_run
+from multigpu.run.training import note_stop_signal, run_stop_signal
 from multigpu.storage.checkpoint import (
     check_fits,
     check_resumable,
@@ -85,6 +86,21 @@ def build_datamodule(node: DictConfig, run: Run) -> pl.LightningDataModule:
     data["batch_size"] = run.process_batch_size
     data["num_workers"], data["pin_memory"] = run.num_workers, run.pin_memory  # the machine's
     return build(data)
+
+
+def build_callbacks(node: DictConfig | None, checkpoints: Path) -> list[Any]:
+    """The configured callbacks; the checkpoint callback writes in the checkpoint folder the run
+    was admitted with and owns (``Admission.checkpoints``: canonical, so ``~/ck`` is ``$HOME``'s,
+    not a folder named ``~`` here)."""
+    built = []
+    for name, callback in (node or {}).items():
+        if not callback:
+            continue
+        if name == "checkpoint" and callback.get("dirpath") is not None:
+            built.append(build(callback, dirpath=str(checkpoints)))
+        else:
+            built.append(build(callback))
+    return built
 
 
 def resume_hint(checkpoints: Path) -> str:
@@ -196,7 +212,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     if checked is not None and ckpt_path is not None:
         checkpoint_io.hand_over(ckpt_path, checked)
     check_classes(module, datamodule)
-    callbacks = [build(c) for c in (cfg.get("callbacks") or {}).values() if c]
+    callbacks = build_callbacks(cfg.get("callbacks"), checkpoints)
     if cfg.get("phases"):
         callbacks.append(PhaseTimer(output_dir / "phases.json"))
     # No bar configured: no bar, not Lightning's own (redrawn, reading the loss, every step).
@@ -229,7 +245,11 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and to SIGTERM (SIGTERMException)
         if not trainer.interrupted:
             raise
-        signum = stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
+        # The run's first stop signal, not the one Lightning saw last (a SIGTERM during its
+        # answer to Ctrl-C sets received_sigterm too): multigpu.run.training.Ending
+        signum = run_stop_signal() or (
+            stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
+        )
         if trainer.fit_loop.done:  # every epoch ran and its checkpoint is written
             skipped = "the end-of-training work (test figures)"
             print(after_training_notice(signum.name, skipped), file=sys.stderr)
@@ -242,6 +262,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     except RuntimeError as err:  # a collective's, when the process that failed was another
         stopped = signal_of_loader_workers(err)
         if stopped is not None:  # a signal to the process group (timeout, Slurm, kill -PGID)
+            stopped = note_stop_signal(stopped)  # the first, if another came before
             message = f"interrupted by {stopped.name}; {resume_hint(checkpoints)}"
             raise Interrupted(message, exit_code=128 + stopped) from None
         peer = getattr(strategy, "peer_failure", None)

@@ -64,10 +64,12 @@ def record_beside(checkpoint: Path) -> dict[str, Any] | None:
         return None
 
 
-def newest_checkpoints(runs_dir: Path) -> list[Path]:
-    """Every ``checkpoints/last.ckpt`` under ``runs_dir``, newest first."""
+def newest_checkpoints(runs_dir: str | Path) -> list[Path]:
+    """Every ``checkpoints/last.ckpt`` under ``runs_dir`` (``~`` expanded, as ``canonical``
+    reads it; a relative one stays relative, so that the paths named are as short), newest
+    first."""
     found = []
-    for path in runs_dir.glob(f"**/checkpoints/{LAST}"):
+    for path in Path(runs_dir).expanduser().glob(f"**/checkpoints/{LAST}"):
         try:
             if path.is_file():
                 found.append((path.stat().st_mtime, path))
@@ -79,7 +81,6 @@ def newest_checkpoints(runs_dir: Path) -> list[Path]:
 def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]) -> Path:
     """The newest checkpoint under ``runs_dir`` whose run has these settings (but for
     ``allowed`` keys); none: one line naming the newest there is and how it differs."""
-    runs_dir = Path(runs_dir)
     candidates = newest_checkpoints(runs_dir)
     if not candidates:
         raise UserError(
@@ -181,7 +182,7 @@ def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowe
         return checkpoint_file(value, key)
     if settings is not None:
         return latest_of(runs_dir, settings, allowed)
-    candidates = newest_checkpoints(Path(runs_dir))
+    candidates = newest_checkpoints(runs_dir)
     if not candidates:
         raise UserError(
             f"{key}=latest found no checkpoints/{LAST} under {runs_dir}/: pass {key}=<file>"

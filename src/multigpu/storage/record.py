@@ -5,10 +5,16 @@ The file is the record: it is rewritten whenever the history changes (at the sta
 checkpoint restores earlier epochs, after every epoch) and when the run ends, which then only
 sets the status on what the file holds. That works whichever process trained: this one, or
 spawned DDP workers whose history never comes back to this process.
+
+It never holds fewer epochs than it did: a run that continues its folder from a checkpoint
+behind the folder's record (``callbacks.checkpoint.every_n_epochs`` > 1, or a run killed
+between the record's write and the checkpoint's) keeps the record's later epochs until it has
+trained them again (``RunRecord.claim``'s ``recorded``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import secrets
@@ -122,6 +128,30 @@ def summarize(history: list[dict[str, Any]], run: dict[str, Any], **start: Any) 
     ).model_dump(by_alias=True, exclude_unset=True)
 
 
+# What tells one finished epoch from another: its number, when it ended and what it measured.
+MARK_KEYS = ("epoch", "wall_s", "epoch_s", "train_loss", "train_acc", "test_acc")
+
+
+def epoch_marks(history: list[dict[str, Any]]) -> list[str]:
+    """Each epoch of ``history`` as its ``MARK_KEYS`` (NaN included, as JSON writes it): the
+    record and the checkpoints of one run carry the same marks for the epochs they share; another
+    run's epochs, or an epoch trained again, have others (their ``wall_s`` at least)."""
+    return [json.dumps([number(h.get(k)) for k in MARK_KEYS], default=str) for h in history]
+
+
+def number(value: Any) -> Any:
+    """A number as a float (a checkpoint's model and a JSON file may keep ``1`` and ``1.0``)."""
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if is_number else value
+
+
+def agree(history: list[dict[str, Any]], recorded: list[dict[str, Any]]) -> bool:
+    """Whether two histories are of one run: the same epochs as far as both go (one continues
+    the other, or they are equal)."""
+    shared = min(len(history), len(recorded))
+    return epoch_marks(history[:shared]) == epoch_marks(recorded[:shared])
+
+
 def compile_total(history: list[dict[str, Any]]) -> float | None:
     """The seconds spent compiling over the epochs (null for a network not compiled): apart
     from ``epoch_s`` and so from ``time_to``'s ``train_s``; inside ``wall_s``."""
@@ -135,7 +165,9 @@ class RunRecord:
     A record moves forward only, and only by its own run: ``claim`` writes it first (the run
     was admitted and owns the folder, ``multigpu.run.admission``); every later write checks that the
     file is still this run's (its ``run_id``), and ``finish`` sets an end state only on a record
-    that is ``running``.
+    that is ``running``. It never writes fewer epochs than the folder's record held when the run
+    claimed it: epochs of that record beyond the run's own history stay until the run has
+    trained that far again (``shown``).
     """
 
     def __init__(
@@ -155,28 +187,59 @@ class RunRecord:
         self.start = start  # resumed_from, init_from
         self.run_id = secrets.token_hex(8)
         self.claimed = False
-        self.history: list[dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []  # what this run's state holds (its checkpoints')
+        self.recorded: list[dict[str, Any]] = []  # the folder's record when the run claimed it
+        self.kept: list[dict[str, Any]] = []  # ``recorded``, if the run's history continues it
+        self.claimed_marks: list[str] = []  # the history written when the run claimed it
+
+    @property
+    def shown(self) -> list[dict[str, Any]]:
+        """The history the file holds: the run's own, then the epochs of the record it claimed
+        beyond it (the same run's, as its history was restored; trained again, they are
+        replaced one by one)."""
+        return [*self.history, *self.kept[len(self.history) :]]
+
+    def _restored(self, history: list[dict[str, Any]]) -> None:
+        """The run's history as it starts or a checkpoint restores it: the record it claimed
+        is kept beyond it if the two are of one run."""
+        self.history = upgrade_history(history)
+        self.kept = self.recorded if agree(self.history, self.recorded) else []
 
     @property
     def current(self) -> dict[str, Any]:
         """The summary as it stands now."""
         return summarize(
-            self.history, self.run, run_id=self.run_id, settings=self.settings, **self.start
+            self.shown, self.run, run_id=self.run_id, settings=self.settings, **self.start
         )
 
-    def claim(self, history: list[dict[str, Any]]) -> None:
-        """Write the record of a run that starts now, with the history it continues."""
+    def claim(
+        self, history: list[dict[str, Any]], recorded: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Write the record of a run that starts now, with the history it continues;
+        ``recorded``: the history of the folder's record it takes over (of the same run, which
+        it continues), whose epochs beyond ``history`` are kept until trained again."""
         self.claimed = True
-        self.history = upgrade_history(history)
+        self.recorded = upgrade_history(recorded or [])
+        self._restored(history)
+        self.claimed_marks = epoch_marks(self.shown)
         self._write(self.current, takeover=True)
 
+    def trained(self) -> bool:
+        """Whether the file's history holds an epoch this run trained (rank zero reads the
+        file, which holds the history whichever process trained)."""
+        on_disk = self.read() or {}
+        return epoch_marks(on_disk.get("history") or []) != self.claimed_marks
+
     def set_history(self, history: list[dict[str, Any]]) -> None:
-        self.history = upgrade_history(history)
+        """The history a checkpoint restored."""
+        self._restored(history)
         if self.claimed:
             self._write(self.current)
 
     def add_epoch(self, entry: dict[str, Any]) -> None:
-        self.set_history([*self.history, entry])
+        self.history = upgrade_history([*self.history, entry])
+        if self.claimed:
+            self._write(self.current)
 
     def finish(self, outcome: Outcome) -> dict[str, Any]:
         """Set how the run ended on what the file holds (written by whichever process

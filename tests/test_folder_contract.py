@@ -1,0 +1,472 @@
+"""Four breaks of the folder contract a tester found, each a named ``train.py`` case and a
+generated one: a record never moves backwards (a resume from an older checkpoint into its own
+run folder), the folder a run checks and locks is the folder it writes (a ``~``), every folder
+a run writes has one owner (a checkpoint folder in another run's folder), and a run stopped by
+two signals records and exits with the same one (the first)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, composed, examples, start_script
+from hypothesis import given
+from hypothesis import strategies as st
+from test_integrity import SYNTHETIC, snapshot, spelling_place, spellings, spelt, tiny_run
+
+from multigpu.config.errors import Interrupted, OccupiedFolder, UserError
+from multigpu.config.settings import Machine
+from multigpu.run.admission import (
+    CHECKPOINT_FOLDER,
+    RUN_FOLDER,
+    Folder,
+    admit,
+    check_hydra_folder,
+    check_moves_forward,
+    written_folders,
+)
+from multigpu.run.cli import hydra_runtime
+from multigpu.run.resume import Resume
+from multigpu.storage.outcome import COMPLETED, Outcome
+from multigpu.storage.paths import canonical
+from multigpu.storage.record import RunRecord, agree
+
+PROBES = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+
+
+def record_of(folder: Path) -> dict:
+    return json.loads((folder / "metrics.json").read_text())
+
+
+def one_line(stderr: str) -> str:
+    (line,) = stderr.strip().splitlines()
+    return line
+
+
+def admitted(cfg, folder: Path):
+    return admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), folder)
+
+
+# 1. A record only moves forward ---------------------------------------------------------------
+@pytest.mark.subprocess
+def test_resuming_previous_ckpt_into_its_own_folder_is_refused_and_last_ckpt_continues(tmp_path):
+    """``ckpt_path=<X>/checkpoints/previous.ckpt hydra.run.dir=<X>``: X's record had gone back
+    to the older checkpoint's epochs (its later epoch lost, its last.ckpt overwritten). Now one
+    line naming X's last.ckpt, nothing touched; previous.ckpt resumes into a new folder, and
+    last.ckpt continues X forward."""
+    run = tmp_path / "X"
+    first = tiny_run(tmp_path, f"hydra.run.dir={run}", "trainer.max_epochs=2")
+    assert first.returncode == 0, first.stderr[-3000:]
+    record = record_of(run)  # stopped after its second epoch, as Ctrl-C leaves it
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    before = snapshot(run)
+    checkpoints = run / "checkpoints"
+    older = tiny_run(
+        tmp_path,
+        f"hydra.run.dir={run}",
+        "trainer.max_epochs=3",
+        f"ckpt_path={checkpoints}/previous.ckpt",
+    )
+    assert older.returncode == 2, older.stderr[-3000:]
+    assert one_line(older.stderr) == (
+        f"error: ckpt_path={checkpoints}/previous.ckpt holds 1 epoch(s), and {run}/metrics.json "
+        f"2: resumed in {run}, it would take the record back to 1; continue {run} with "
+        f"ckpt_path={checkpoints}/last.ckpt, or resume previous.ckpt into a new folder "
+        "(another hydra.run.dir)"
+    )
+    assert snapshot(run) == before
+
+    elsewhere = tmp_path / "Y"
+    aside = tiny_run(
+        tmp_path,
+        f"hydra.run.dir={elsewhere}",
+        "trainer.max_epochs=2",
+        f"ckpt_path={checkpoints}/previous.ckpt",
+    )
+    assert aside.returncode == 0, aside.stderr[-3000:]
+    assert [h["epoch"] for h in record_of(elsewhere)["history"]] == [1, 2]
+    assert snapshot(run) == before
+
+    onward = tiny_run(
+        tmp_path,
+        f"hydra.run.dir={run}",
+        "trainer.max_epochs=3",
+        f"ckpt_path={checkpoints}/last.ckpt",
+    )
+    assert onward.returncode == 0, onward.stderr[-3000:]
+    after = record_of(run)
+    assert after["status"] == "completed" and [h["epoch"] for h in after["history"]] == [1, 2, 3]
+    assert after["history"][:2] == record["history"]  # the recorded epochs, kept as they were
+
+
+def test_continuing_from_its_own_last_checkpoint_behind_its_record_never_goes_back(
+    tmp_path, monkeypatch
+):
+    """Killed between writing the record and the checkpoint of its last epoch (or with
+    ``callbacks.checkpoint.every_n_epochs=2``), a run's last.ckpt is an epoch behind its record:
+    continuing the folder (the same command again, or ``ckpt_path=`` its last.ckpt) trains that
+    epoch again, and the record keeps the epoch it had until then."""
+    from conftest import compose_config
+
+    from multigpu.run.training import train
+    from multigpu.storage import record as record_module
+
+    run = tmp_path / "run"
+    assert train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))["epochs"] == 2
+    checkpoints = run / "checkpoints"
+    shutil.copyfile(checkpoints / "previous.ckpt", checkpoints / "last.ckpt")  # epoch 1's
+    recorded = record_of(run)
+    (run / "metrics.json").write_text(json.dumps({**recorded, "status": "interrupted"}))
+    stopped = tmp_path / "stopped"
+    shutil.copytree(run, stopped)
+    writes = []
+    write_json = record_module.write_json
+
+    def watched(path, data):
+        writes.append(data)
+        write_json(path, data)
+
+    monkeypatch.setattr(record_module, "write_json", watched)
+    for how in ([], [f"ckpt_path={checkpoints}/last.ckpt"]):
+        writes.clear()
+        shutil.rmtree(run)
+        shutil.copytree(stopped, run)
+        final = train(compose_config([*SYNTHETIC, "trainer.max_epochs=3", *how], run))
+        assert writes and all(w["epochs"] >= 2 for w in writes), [w["epochs"] for w in writes]
+        assert final["status"] == "completed" and final["epochs"] == 3
+        assert final["history"][0] == recorded["history"][0]  # epoch 1: the checkpoint's
+        assert final["history"][1]["wall_s"] != recorded["history"][1]["wall_s"]  # trained again
+
+
+def history(count: int, run: str) -> list[dict]:
+    """A run's first ``count`` epochs; another ``run`` ended its epochs at other times."""
+    offset = 0.0 if run == "same" else 0.5
+    return [
+        {"epoch": e + 1, "wall_s": 10.0 * (e + 1) + offset, "train_loss": 1.0 / (e + 1)}
+        for e in range(count)
+    ]
+
+
+@examples(60)
+@given(
+    recorded=st.integers(0, 4),
+    carried=st.integers(0, 5),
+    run=st.sampled_from(["same", "other"]),
+    path=st.sampled_from(["last.ckpt", "previous.ckpt", "elsewhere"]),
+    last_exists=st.booleans(),
+    restores=st.booleans(),
+    more=st.integers(0, 3),
+)
+def test_a_resume_into_a_folder_holding_its_record_moves_it_forward_or_is_refused(
+    tmp_path_factory, recorded, carried, run, path, last_exists, restores, more
+):
+    """Whatever checkpoint is resumed into a folder holding a record of its run: refused (one
+    line, nothing written) unless it carries the record's epochs and no fewer, or is the
+    folder's own last.ckpt; admitted, the record it writes never holds fewer epochs than the
+    folder's did, nor other ones, whatever the run does next."""
+    folder = tmp_path_factory.mktemp("run")
+    checkpoints = folder / "checkpoints"
+    checkpoints.mkdir()
+    if last_exists or path == "last.ckpt":
+        (checkpoints / "last.ckpt").write_bytes(b"x")
+    ckpt = folder.parent / "elsewhere.ckpt" if path == "elsewhere" else checkpoints / path
+    ours, theirs = history(recorded, "same"), history(carried, run)
+    folders = {RUN_FOLDER: folder, CHECKPOINT_FOLDER: checkpoints}
+    same_epochs = run == "same" or min(recorded, carried) == 0
+    allowed = recorded == 0 or (same_epochs and (carried >= recorded or path == "last.ckpt"))
+    try:
+        check_moves_forward(folders, Folder(recorded=ours), Resume(ckpt, carried, {}, {}, theirs))
+    except OccupiedFolder as refused:
+        said = str(refused)
+        assert not allowed and "\n" not in said and said.startswith(f"ckpt_path={ckpt} ")
+        assert ("last.ckpt" in said.split(";")[-1]) == (checkpoints / "last.ckpt").is_file()
+        return
+    assert allowed
+    record = RunRecord(folder / "metrics.json", {"strategy": "single"}, settings={"a": 1})
+    record.claim(theirs, recorded=ours)
+    if restores:  # Lightning restores the checkpoint's history
+        record.set_history(theirs)
+    for _ in range(more):
+        record.add_epoch({"epoch": len(record.history) + 1, "wall_s": 1e6 + len(record.history)})
+        on_disk = record_of(folder)["history"]
+        assert len(on_disk) >= recorded and agree(on_disk, record.history)
+    on_disk = record_of(folder)["history"]
+    assert len(on_disk) >= recorded
+    assert on_disk[: len(record.history)] == record.history  # what the run trained, as trained
+    assert on_disk[len(record.history) :] == ours[len(record.history) :]  # the rest as recorded
+    record.finish(COMPLETED if more else Outcome("interrupted", "stopped", 130))
+
+
+# 2. The folder checked is the folder written ---------------------------------------------------
+@pytest.mark.subprocess
+def test_a_tilde_in_the_run_folder_is_refused_and_in_the_checkpoint_folder_is_home(tmp_path):
+    """Hydra makes ``hydra.run.dir='~/x'`` as ``./~/x`` while the checks and the lock read
+    ``$HOME/x``: refused in one line, nothing made in either place (``paths.runs_dir`` and
+    ``hydra.sweep.dir`` alike). ``callbacks.checkpoint.dirpath='~/ck'`` is written by the
+    project's code: in ``$HOME/ck``, the folder it locked."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {"HOME": str(home)}
+    for flags, key, value in (
+        ([], "hydra.run.dir", "~/x"),
+        ([], "paths.runs_dir", "~/runs"),
+        (["-m", "seed=1"], "hydra.sweep.dir", "~/sweep"),
+    ):
+        refused = tiny_run(work, *flags, f"{key}='{value}'", env=env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert (
+            f"{key}={value} starts with ~, which Hydra does not expand: it would make a folder "
+            f"named ~ in {work}; pass an absolute path, e.g. {key}={home}/{value[2:]} (the "
+            f"shell expands {key}=$HOME/...)"
+        ) in one_line(refused.stderr)
+        assert list(work.iterdir()) == [] and list(home.iterdir()) == []
+    ran = tiny_run(work, "hydra.run.dir=run", "callbacks.checkpoint.dirpath='~/ck'", env=env)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (home / "ck" / "last.ckpt").is_file() and not (work / "~").exists()
+    assert record_of(work / "run")["status"] == "completed"
+
+
+@examples(40)
+@given(how=spellings, where=st.sampled_from(["run", "checkpoints"]))
+def test_the_folder_a_run_locks_is_the_folder_it_writes_however_spelt(tmp_path_factory, how, where):
+    """A run folder (which Hydra makes as spelt, ``os.path.abspath``) and a checkpoint folder
+    (which the run's code writes): either the spelling is refused in one line, or the folder
+    checked and locked (``canonical``) is the one written."""
+    from multigpu.callbacks import LastCheckpoint
+    from multigpu.run.fit import build_callbacks
+
+    base = tmp_path_factory.mktemp("spelt")
+    with spelling_place(base) as real:
+        folder = real / "outputs" / "job"
+        if how["exists"]:
+            folder.mkdir(parents=True)
+        spelling = spelt(folder, real, how)
+        if where == "run":
+            cfg = composed(SYNTHETIC, Path(spelling))
+            try:
+                check_hydra_folder(cfg, spelling)
+            except UserError as refused:
+                assert spelling.startswith("~") and "\n" not in str(refused)
+                assert str(refused).startswith(f"hydra.run.dir={spelling} starts with ~")
+                return
+            assert canonical(spelling) == canonical(os.path.abspath(spelling)) == folder
+            return
+        quoted = f"callbacks.checkpoint.dirpath='{spelling}'"
+        cfg = composed([*SYNTHETIC, quoted], real / "run")
+        locked = written_folders(cfg, real / "run")[CHECKPOINT_FOLDER]
+        (checkpoint,) = [
+            c for c in build_callbacks(cfg.callbacks, locked) if isinstance(c, LastCheckpoint)
+        ]
+        assert locked == folder and checkpoint.path.parent == folder  # where last.ckpt goes
+
+
+# 3. Every folder a run writes has one owner ----------------------------------------------------
+@pytest.mark.subprocess
+def test_a_checkpoint_folder_in_another_runs_folder_is_refused_and_nothing_is_written(tmp_path):
+    """``callbacks.checkpoint.dirpath`` at another (finished) run's folder, or its
+    ``checkpoints``, or below: two owners of one folder, the other run's files overwritten.
+    One line, exit 2, nothing written; a run folder inside another run's is refused alike."""
+    other = tmp_path / "A"
+    first = tiny_run(tmp_path, f"hydra.run.dir={other}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = snapshot(other)
+    mine = tmp_path / "B"
+    for dirpath, where in (
+        (other, "another run's folder"),
+        (other / "checkpoints", f"inside another run's folder, {other}"),
+        (other / "checkpoints" / "mine", f"inside another run's folder, {other}"),
+    ):
+        refused = tiny_run(
+            tmp_path, f"hydra.run.dir={mine}", f"callbacks.checkpoint.dirpath={dirpath}", "seed=3"
+        )
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert one_line(refused.stderr) == (
+            f"error: {dirpath} (callbacks.checkpoint.dirpath) is {where} (it holds that run's "
+            "metrics.json): its files are left as they are; pass a callbacks.checkpoint.dirpath "
+            "outside other runs' folders"
+        )
+        assert snapshot(other) == before and not mine.exists()
+    inside = tiny_run(tmp_path, f"hydra.run.dir={other}/again")
+    assert inside.returncode == 2 and "(hydra.run.dir) is inside another run's folder" in (
+        one_line(inside.stderr)
+    )
+    assert snapshot(other) == before
+
+
+@examples(40)
+@given(
+    has_record=st.booleans(),
+    run_inside=st.booleans(),
+    target=st.sampled_from(["other", "other/checkpoints", "other/checkpoints/x", "own", "apart"]),
+    how=spellings,
+)
+def test_no_folder_a_run_writes_is_in_another_runs_folder(
+    tmp_path_factory, has_record, run_inside, target, how
+):
+    """However the checkpoint folder is spelt: a run whose run folder or checkpoint folder is,
+    or is inside, a folder holding another run's record is refused in one line naming the
+    folder and the setting, and nothing is written; any other is admitted with them."""
+    base = tmp_path_factory.mktemp("owners")
+    with spelling_place(base) as real:
+        other = real / "other"
+        other.mkdir()
+        if has_record:
+            (other / "metrics.json").write_text("{}")  # whatever it holds: another run's
+        run = other / "mine" if run_inside else real / "mine"
+        dirpath = {
+            "own": run / "checkpoints",
+            "apart": real / "ck",
+        }.get(target, real / target)
+        spelling = spelt(dirpath, real, {**how, "exists": False})
+        cfg = composed([*SYNTHETIC, f"callbacks.checkpoint.dirpath='{spelling}'"], run)
+        before = snapshot(base)
+        in_other = has_record and (run_inside or target.startswith("other"))
+        try:
+            admission = admitted(cfg, run)
+        except OccupiedFolder as refused:
+            said = str(refused)
+            assert in_other and "\n" not in said and "another run's folder" in said
+            key = "hydra.run.dir" if run_inside else "callbacks.checkpoint.dirpath"
+            assert f"({key})" in said and said.endswith(f"pass a {key} outside other runs' folders")
+            assert snapshot(base) == before
+            return
+        assert not in_other
+        assert admission.folders == {RUN_FOLDER: run, CHECKPOINT_FOLDER: dirpath}
+
+
+# 4. Two signals: the run ends for the first ----------------------------------------------------
+def start_slow_run(tmp_path: Path, folder: Path, *extra: str):
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=0"]
+    slow += ["+callbacks.slow.seconds=0.5", "data.batch_size=8", "trainer.max_epochs=3"]
+    run = start_script(
+        "train.py", *SYNTHETIC, *slow, *extra, f"hydra.run.dir={folder}", cwd=tmp_path, env=PROBES
+    )
+    deadline = time.monotonic() + 120
+    while not (folder / "metrics.json").is_file():
+        assert run.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(1)  # into the first epoch's steps
+    return run
+
+
+def wait_for(condition, seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+@pytest.mark.subprocess
+def test_sigterm_after_ctrl_c_was_recorded_does_not_change_the_exit_status(tmp_path):
+    """Ctrl-C, then SIGTERM once the record says ``interrupted by SIGINT`` (while the process
+    exits): it had died of the SIGTERM (status -15); now the second is ignored, exit 130."""
+    folder = tmp_path / "run"
+    linger = ["+callbacks.linger._target_=stop_probes.LingerAtExit", "+callbacks.linger.seconds=3"]
+    run = start_slow_run(tmp_path, folder, *linger)
+    run.send_signal(signal.SIGINT)
+    wait_for(lambda: record_of(folder)["status"] != "running")
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    record = record_of(folder)
+    assert record["status"] == "interrupted" and record["reason"].startswith(
+        "interrupted by SIGINT"
+    )
+    assert run.returncode == 130, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1].startswith("error: interrupted by SIGINT")
+
+
+@pytest.mark.subprocess
+def test_sigterm_while_lightning_answers_ctrl_c_leaves_the_run_stopped_by_sigint(tmp_path):
+    """SIGTERM while Lightning handles Ctrl-C (its callbacks' ``on_exception``): the run was
+    recorded and exited as stopped by SIGTERM, the second signal; now by SIGINT, 130."""
+    folder = tmp_path / "run"
+    hold = ["+callbacks.hold._target_=probes.SlowToFail", "+callbacks.hold.seconds=3"]
+    run = start_slow_run(tmp_path, folder, *hold)
+    run.send_signal(signal.SIGINT)
+    time.sleep(1)  # inside the 3 s of on_exception
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    record = record_of(folder)
+    assert record["reason"].startswith("interrupted by SIGINT"), record["reason"]
+    assert run.returncode == 130, stderr[-3000:]
+
+
+class FakeLightning:
+    """Lightning's SIGTERM handling while it trains: notes the signal, then calls the handler
+    it found (the run's), as ``_HandlersCompose`` does."""
+
+    def __init__(self, found):
+        self.found, self.received = found, []
+
+    def __call__(self, signum, frame):
+        self.received.append(signum)
+        self.found(signum, frame)
+
+
+SIGNALS = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP]
+
+
+@examples(60)
+@given(
+    signals=st.lists(st.sampled_from(SIGNALS), min_size=1, max_size=5),
+    phase=st.sampled_from(["before_training", "training", "after_the_run"]),
+)
+def test_the_first_stop_signal_is_the_runs_ending_and_later_ones_are_ignored(signals, phase):
+    """However many signals come, in any order: the first stops the run as it always did
+    (``KeyboardInterrupt``, ``Interrupted`` with 128 + its number, or Lightning's SIGTERM
+    handling), and is the run's ending; every later one does nothing."""
+    from multigpu.run import training
+
+    previous = {s: signal.getsignal(s) for s in SIGNALS}
+    before: list[int] = []  # what the handlers before the run's were given
+    for signum in SIGNALS:  # never this process's own default actions
+        signal.signal(signum, lambda signum, frame: before.append(signum))
+    try:
+        with training.one_ending() as ending:
+            ending.install()
+            ending.armed = phase != "after_the_run"
+            lightning = FakeLightning(ending.handler)
+            if phase == "training":
+                signal.signal(signal.SIGTERM, lightning)
+            first, *later = signals
+            handler = lightning if phase == "training" and first == signal.SIGTERM else None
+            outcome = deliver(handler or signal.getsignal(first), first)
+            if phase == "after_the_run":  # outside the run: what the handler before did
+                assert outcome is None and before == [first]
+            elif first == signal.SIGINT:
+                assert isinstance(outcome, KeyboardInterrupt)
+            elif phase == "before_training":
+                assert isinstance(outcome, Interrupted) and outcome.exit_code == 128 + first
+                assert str(outcome) == f"interrupted by {first.name}"
+            else:  # handed to Lightning, which stops after the current step
+                assert outcome is None and lightning.received[-1] == signal.SIGTERM
+            received = list(lightning.received)
+            for signum in later:
+                via = lightning if phase == "training" and signum == signal.SIGTERM else None
+                assert deliver(via or signal.getsignal(signum), signum) is None
+            assert ending.first == first and training.run_stop_signal() == first
+            assert before == ([first] if phase == "after_the_run" else [])
+            assert lightning.received[: len(received)] == received
+            assert all(s == signal.SIGTERM for s in lightning.received[len(received) :])
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        atexit.unregister(training.ignored_until_exit)
+        training._ending = None
+
+
+def deliver(handler, signum: int):
+    """Call ``handler`` as the signal would; what it raised (or None)."""
+    try:
+        if callable(handler):
+            handler(signum, None)
+    except (KeyboardInterrupt, Interrupted) as raised:
+        return raised
+    return None
