@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import DictConfig
 
+from multigpu.config.errors import UserError
 from multigpu.run.cli import register_resolvers
 from multigpu.run.objective import TRIAL_STATES, JobEnding, job_ending, returned_ending
 
@@ -141,6 +142,13 @@ REFUSED = {
         ["hydra.sweeper.custom_search_space=nope.extend"],
         "custom_search_space=nope.extend",
     ),
+    # The grid's settings take no seed: composing hparams_search=optuna with it failed with
+    # Hydra's page (exit 1) while the sampler was seeded in hparams_search/optuna.yaml.
+    "grid": (["hydra/sweeper/sampler=grid"], "drop hparams_search=optuna and list each key's"),
+    "storage_in_no_folder": (
+        ["hydra.sweeper.storage=sqlite:////no/such/folder/optuna.db"],
+        "storage=sqlite:////no/such/folder/optuna.db",
+    ),
 }
 
 
@@ -150,34 +158,113 @@ def test_a_setting_optuna_would_fail_on_is_refused_before_any_trial(case, tmp_pa
     assert named in refused(overrides, tmp_path, capsys)
 
 
+def draws(sampler) -> list[float]:
+    """The first values a study with ``sampler`` draws."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=sampler)
+    return [study.ask().suggest_float("x", 0.0, 1.0) for _ in range(3)]
+
+
 @pytest.mark.parametrize("option", ["tpe", "random", "cmaes"])
 def test_the_sampler_chosen_is_the_one_the_study_runs_seeded_by_the_run(option, tmp_path):
-    """``hparams_search=optuna`` seeds the sampler and leaves the choice of it to
-    ``hydra/sweeper/sampler`` (it had named TPE, which silently replaced the choice)."""
+    """``hparams_search=optuna`` seeds the sampler by the run's ``seed`` and leaves the choice
+    of it to ``hydra/sweeper/sampler`` (it had named TPE, which silently replaced the choice);
+    ``hydra.sweeper.sampler.seed`` wins."""
     import optuna
 
     from multigpu.run.optuna_check import made_sampler
+    from multigpu.run.optuna_trials import sampler_settings
 
-    with composed([f"hydra/sweeper/sampler={option}", "seed=7"], tmp_path) as config:
-        sampler = made_sampler(config.hydra.sweeper.sampler)
     names = {"tpe": "TPESampler", "random": "RandomSampler", "cmaes": "CmaEsSampler"}
-    assert type(sampler) is getattr(optuna.samplers, names[option])
-    assert config.hydra.sweeper.sampler.seed == 7
+    kind = getattr(optuna.samplers, names[option])
+    with composed([f"hydra/sweeper/sampler={option}", "seed=7"], tmp_path) as config:
+        sampler = made_sampler(sampler_settings(config))
+    assert type(sampler) is kind
+    assert draws(sampler) == draws(kind(seed=7)) != draws(kind(seed=8))
+    given = [f"hydra/sweeper/sampler={option}", "seed=7", "hydra.sweeper.sampler.seed=8"]
+    with composed(given, tmp_path) as config:
+        assert draws(made_sampler(sampler_settings(config))) == draws(kind(seed=8))
+
+
+def test_the_study_runs_the_sampler_it_was_checked_with(tmp_path):
+    """The sweeper Hydra makes (``instantiate_sweeper``) seeds its sampler as the check did."""
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext
+
+    from multigpu.run.optuna_check import made_sampler
+    from multigpu.run.optuna_trials import sampler_settings
+
+    with composed(["hydra/sweeper/sampler=random", "seed=3"], tmp_path) as config:
+        loader = GlobalHydra.instance().config_loader()
+        context = HydraContext(config_loader=loader, callbacks=Callbacks())
+        sweeper = Plugins.instance().instantiate_sweeper(
+            hydra_context=context, task_function=lambda cfg: None, config=config
+        )
+        checked_with = made_sampler(sampler_settings(config))
+    assert draws(sweeper.sweeper.sampler) == draws(checked_with)
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_a_database_storage_is_checked_without_being_written(tmp_path, capsys):
-    """Optuna 2's database storage fails under SQLAlchemy 2 (this environment's pair): such
-    a study is refused saying so; where it works, the check leaves the database unmade."""
-    import optuna
+    """Optuna 2's database storage fails under SQLAlchemy 2 (this environment's pair) on a
+    file, though it works in memory: such a study is refused saying so, before anything is
+    written (the study's own open had left an empty sweep folder and the .db file); where it
+    works, the check leaves the database unmade."""
+    from multigpu.run.optuna_check import database_storage_failure
 
     storage = [f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db"]
-    try:
-        optuna.storages.RDBStorage("sqlite://")
-    except Exception:  # noqa: BLE001
-        assert "pip install 'sqlalchemy<2'" in refused(storage, tmp_path, capsys)
+    if database_storage_failure() is not None:
+        line = refused(storage, tmp_path, capsys)
+        assert "Optuna 2 needs SQLAlchemy 1.4 (pip install 'sqlalchemy<2' 'alembic<1.14')" in line
     else:
         assert checked(storage, tmp_path) == 0
         assert not (tmp_path / "optuna.db").exists()
+
+
+def test_a_sqlite_file_is_tried_on_a_copy(tmp_path, capsys, monkeypatch):
+    """Where Optuna's database storage works: a file that is no study's database is refused
+    and left as it was; a folder that cannot hold the database is refused."""
+    from multigpu.run import optuna_check
+
+    monkeypatch.setattr(optuna_check, "database_storage_failure", lambda: None)
+    folder = tmp_path / "kept"
+    folder.mkdir()
+    (folder / "notes.db").write_text("not a database")
+    with pytest.raises(UserError, match="cannot be opened as an Optuna database"):
+        optuna_check.check_storage(f"sqlite:///{folder}/notes.db")
+    assert [p.name for p in folder.iterdir()] == ["notes.db"]
+    assert (folder / "notes.db").read_text() == "not a database"
+    with pytest.raises(UserError, match="does not exist"):
+        optuna_check.check_storage(f"sqlite:///{tmp_path}/nope/optuna.db")
+    optuna_check.check_storage(f"sqlite:///{tmp_path}/optuna.db")  # to be made: fine
+    optuna_check.check_storage("sqlite://")  # in memory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+def test_a_refused_storage_writes_nothing_from_the_command_line(tmp_path):
+    """The tester's case: a sqlite URL Optuna cannot use here left an empty sweep folder and
+    a .db file behind."""
+    from multigpu.run.optuna_check import database_storage_failure
+
+    if database_storage_failure() is None:
+        pytest.skip("Optuna's database storage works here")
+    result = run_script(
+        "train.py",
+        "-m",
+        *STUDY,
+        f"hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: hydra.sweeper.storage=sqlite:///{tmp_path}/optuna.db: ")
+    assert "pip install 'sqlalchemy<2' 'alembic<1.14'" in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_hydras_own_optuna_sweeper_is_refused_for_the_projects(tmp_path, capsys):
@@ -269,7 +356,8 @@ def test_a_diverged_trial_is_pruned_and_the_study_goes_on(tmp_path):
     assert result.returncode == 1, result.stderr[-3000:]  # a trial did not complete
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: 1 of 2 jobs did not complete"
-    assert "trial 0 diverged: told Optuna PRUNED" in result.stdout + result.stderr
+    told = "trial 0 diverged (model.optimizer.lr=1000000000000.0): told Optuna PRUNED"
+    assert told in result.stdout + result.stderr  # with the values the trial was drawn at
     rows = {float(row["lr"]): row for row in read_summary(tmp_path)}
     assert rows[1e12]["status"] == "diverged" and "diverged" in rows[1e12]["reason"]
     assert rows[0.1]["status"] == "completed"
@@ -311,3 +399,124 @@ def test_a_refused_study_writes_nothing_from_the_command_line(tmp_path):
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: model.optimizer.lr=interval(0.5,0.01): The `low` value")
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the search space read without Optuna, as Optuna reads it --------------------------------
+
+BOUND = st.one_of(
+    st.integers(-3, 12),
+    st.sampled_from([0.0, 0.01, 0.5, 1.0, -0.25, 1e-6, 2.5, 10.0]),
+)
+
+
+@st.composite
+def search_entries(draw) -> str:
+    """One entry of a search space: a range Optuna may refuse, a choice, a numeric range."""
+    kind = draw(st.sampled_from(["interval", "log", "choice", "range", "shuffle", "fixed"]))
+    low, high = draw(BOUND), draw(BOUND)
+    if kind == "interval":
+        return f"model.optimizer.lr=interval({low}, {high})"
+    if kind == "log":
+        return f"model.optimizer.lr=tag(log, interval({low}, {high}))"
+    if kind == "choice":
+        items = draw(st.lists(st.one_of(BOUND, NAME), min_size=1, max_size=4))
+        return f"data.batch_size=choice({', '.join(map(str, items))})"
+    if kind in ("range", "shuffle"):
+        step = draw(st.sampled_from([1, 2, 3, -1, 0.5, 0.25]))
+        entry = f"range({low}, {high}, {step})"
+        return f"data.batch_size={'shuffle(' + entry + ')' if kind == 'shuffle' else entry}"
+    return f"data.batch_size={low}"
+
+
+def optuna_reading(entries: list[str]) -> tuple:
+    """What Hydra's Optuna sweeper makes of the entries (its own function, with Optuna)."""
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+
+    from multigpu.run.optuna_check import ends, first_line
+
+    try:
+        space, fixed = create_params_from_overrides(entries)
+    except Exception as err:  # noqa: BLE001
+        return ("refused", first_line(err))
+    return ("read", {k: ends(d) for k, d in space.items() if k not in fixed}, fixed)
+
+
+def plain_reading(entries: list[str]) -> tuple:
+    from omegaconf import OmegaConf
+
+    from multigpu.run.optuna_check import plain_search_space
+
+    try:
+        space, fixed = plain_search_space(OmegaConf.create({"params": None}), entries)
+    except UserError as err:
+        return ("refused", str(err).split(": ", 1)[1].split("; a searched key takes")[0])
+    return ("read", space, fixed)
+
+
+@examples(200)
+@given(entries=st.lists(search_entries(), min_size=1, max_size=3))
+def test_the_search_space_read_without_optuna_is_optunas(entries):
+    """The quick check (no Optuna import) refuses exactly what Optuna refuses, with Optuna's
+    words, and finds the values a trial can be drawn at that Optuna's distributions have."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Optuna's note on a range its step does not end
+        plain, optunas = plain_reading(entries), optuna_reading(entries)
+    if any("shuffle(" in entry for entry in entries) and plain[0] == optunas[0] == "read":
+        plain, optunas = (  # a shuffled range's choices come in a drawn order
+            (kind, {k: sorted(v, key=repr) for k, v in space.items()}, fixed)
+            for kind, space, fixed in (plain, optunas)
+        )
+    assert plain == optunas
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "model.optimizer.lr=interval(0.5,0.01)",
+        params({"model.optimizer.lr": "tag(log, interval(0, 0.5))"}),
+        params({"data.batch_size": "choice(16, -4)"}),
+        "++" + params({"model.optimizer.lrr": "interval(0.01, 0.5)"}),
+        "hydra/sweeper/sampler=grid",
+    ],
+)
+def test_a_search_space_refusal_imports_neither_optuna_nor_torch(setting, tmp_path):
+    """Refused in about a second: Optuna's import alone took 2-3 s, torch's several."""
+    result = run_script(
+        "train.py",
+        "-m",
+        *STUDY,
+        setting,
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    imported = {line.rsplit("|", 1)[-1].strip() for line in lines if line.startswith("import")}
+    assert "optuna" not in imported and "torch" not in imported
+    (line,) = [line for line in lines if not line.startswith("import")]
+    assert line.startswith("error: ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_trial_that_did_not_complete_is_logged_with_the_values_it_was_drawn_at(caplog):
+    """The diverged trial's line had only its number; its run's own line said the lr its
+    schedule had reached (lr 0 after a cosine decay), not the one drawn."""
+    import logging
+
+    import optuna
+
+    from multigpu.run.optuna_trials import tell
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    trial.suggest_float("model.optimizer.lr", 0.3, 0.3)
+    trial.suggest_categorical("data.batch_size", [128])
+    with caplog.at_level(logging.INFO, logger="multigpu.run.optuna_trials"):
+        tell(study, trial, JobEnding("diverged"))
+    line = "trial 0 diverged (model.optimizer.lr=0.3, data.batch_size=128): told Optuna PRUNED"
+    assert line in caplog.text
+    assert study.trials[0].state.name == "PRUNED"

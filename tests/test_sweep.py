@@ -162,6 +162,30 @@ def test_a_sweep_with_a_job_that_cannot_run_is_refused_whole(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_sweep_with_a_job_torch_refuses_when_built_is_refused_whole(tmp_path):
+    """The tester's case: torch refuses a compile backend only when the network is compiled.
+    The sweep had started: a traceback per job, exit 1, and the sweep folder with its report.
+    Every job's parts are built before the first starts (tests/test_sweep_objects.py)."""
+    result = run_script(
+        "train.py",
+        "-m",
+        *TINY,
+        "data=synthetic",
+        "data.num_train=64",
+        "data.num_test=32",
+        "model.optimizer.lr=0.1,0.2",
+        "model.compile={backend:nonsense}",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    started = "error: 2 of 2 jobs cannot run, so none was started: job 0 (lr_0.1): "
+    assert line.startswith(started + "model.compile={backend:nonsense}: torch.compile refuses it")
+    assert "| job 1 (lr_0.2): model.compile={backend:nonsense}: " in line
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_failing_job_is_recorded_and_the_others_run(tmp_path):
     result = run_script(
         "train.py",

@@ -1,4 +1,4 @@
-"""Lightning's own answer to the ``trainer`` node, before anything is written.
+"""Lightning's and torch's own answers to the run's config, before anything is written.
 
 The checks before torch (``multigpu.config.settings``: types, ``RANGES``, names) know every
 number Lightning's ``Trainer`` takes; Lightning refuses more once it builds one (a duration it
@@ -7,6 +7,12 @@ it does not know). ``multigpu.run.fit`` builds the Trainer only after the run's 
 exist, so its refusal came after a folder was made. Admission builds one first, with what the
 run sets itself (devices, strategy, callbacks, logger, plugins) left neutral: building a
 Trainer reads no file and writes none, and its refusal is one line.
+
+Torch and Lightning refuse more only when the run builds its other parts or takes its first
+step (``model.compile={backend: nonsense}``, a callback's argument):
+``multigpu.run.preflight.check_run_objects`` builds each of them first, as ``fit`` does,
+without reading or writing a file; a sweep does so for every job before its first starts,
+after admitting them all as far as the checks before torch go (``torch_checks_later``).
 """
 
 from __future__ import annotations
@@ -76,9 +82,12 @@ def turned_on(cfg: Mapping[str, Any]) -> dict[str, bool]:
     }
 
 
-def check_trainer_arguments(cfg: Mapping[str, Any]) -> None:
+def check_trainer_arguments(cfg: Mapping[str, Any], now: bool = False) -> None:
     """Build Lightning's Trainer from the ``trainer`` node's arguments: what it refuses is a
-    ``UserError``. Imports Lightning (the run is about to, to train)."""
+    ``UserError``. Imports Lightning (the run is about to, to train). Put off inside
+    ``torch_checks_later`` unless ``now``."""
+    if _later and not now:
+        return
     import pytorch_lightning as pl
 
     arguments = {k: v for k, v in plain(cfg["trainer"]).items() if not str(k).startswith("_")}
@@ -90,3 +99,19 @@ def check_trainer_arguments(cfg: Mapping[str, Any]) -> None:
             if refusal is None:
                 raise
             raise refusal from None
+
+
+# Admission's Trainer check, put off while a sweep's jobs are admitted torch-free first.
+_later: list[bool] = []
+
+
+@contextlib.contextmanager
+def torch_checks_later() -> Iterator[None]:
+    """Admission's Lightning check (``check_trainer_arguments``) skipped inside: a sweep admits
+    every job as far as the checks before torch go, so that a value refused there is answered
+    without importing torch; it then runs the torch checks itself (``check_run_objects``)."""
+    _later.append(True)
+    try:
+        yield
+    finally:
+        _later.pop()

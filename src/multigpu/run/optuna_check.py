@@ -3,12 +3,24 @@ settings, the search space its sweeper builds, each searched key, and jobs that 
 value a key can be drawn at (each choice, each end of a range), which are then admitted as a
 basic sweep's jobs are. Whatever the sweeper or Optuna would refuse mid-study (with a
 traceback, and no report) is one ``error:`` line instead, before anything is written.
+
+In two steps: ``optuna_probe_jobs`` reads the settings and the search space without importing
+Optuna (a second or two, with torch, on a small machine): Hydra's parser and Optuna's own
+rules for a distribution (``drawn_at``), so that a mistake there is answered at once; once
+every job passed the checks before torch, ``check_study`` makes the sampler, the sweeper's own
+search space and the storage as the study will, importing Optuna.
 """
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import functools
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -19,6 +31,8 @@ from multigpu.run.objective import DIRECTION, OBJECTIVE
 HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 OPTUNA_TRIALS = "hydra_plugins.multigpu_sweeper.optuna_trials.OptunaTrials"
 SAMPLERS = "hydra/sweeper/sampler=tpe, random or cmaes"
+GRID = "optuna.samplers.GridSampler"
+SQLALCHEMY_FOR_OPTUNA_2 = "pip install 'sqlalchemy<2' 'alembic<1.14'"
 EXAMPLE_SPACE = (
     "model.optimizer.lr: tag(log, interval(0.01, 0.5)), data.batch_size: choice(64, 128)"
 )
@@ -30,7 +44,8 @@ def is_optuna(config: DictConfig) -> bool:
 
 def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:
     """The sweep's settings checked (``UserError`` naming the first that cannot run); then the
-    overrides of jobs that together take each searched key at each value it can be drawn at."""
+    overrides of jobs that together take each searched key at each value it can be drawn at.
+    Imports neither torch nor Optuna (but for the deprecated ``hydra.sweeper.search_space``)."""
     settings = config.hydra.sweeper
     if settings.get("_target_") == HYDRA_OPTUNA:
         raise UserError(
@@ -40,21 +55,49 @@ def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:
         )
     check_counts(settings)
     check_direction(settings.direction)
-    check_storage(settings.storage)
-    space, fixed = search_space(settings, list(config.hydra.overrides.task))
-    if not space and not settings.get("custom_search_space"):
+    check_not_grid(settings.sampler)
+    arguments = list(config.hydra.overrides.task)
+    if settings.get("params") is None and settings.get("search_space") is not None:
+        space, fixed = search_space(made_sweeper(settings), settings, arguments)  # deprecated
+        values = {key: ends(distribution) for key, distribution in space.items()}
+    else:
+        values, fixed = plain_search_space(settings, arguments)
+    if not values and not settings.get("custom_search_space"):
         raise UserError(
             "hydra.sweeper.params is empty: the study has nothing to search; give it keys "
             f"and their ranges, e.g. {{{EXAMPLE_SPACE}}}"
         )
-    for key in space:
+    for key in values:
         check_key(config, key)
-    values = {key: drawn_at(distribution) for key, distribution in space.items()}
     count = max(len(v) for v in values.values()) if values else 0
     fixed_part = [f"{key}={value}" for key, value in fixed.items()]
     return [
         [f"{key}={v[n % len(v)]}" for key, v in values.items()] + fixed_part for n in range(count)
     ]
+
+
+def check_study(config: DictConfig) -> None:
+    """What only Optuna can say, once every job passed the checks before it: the sampler as
+    the sweeper will make it (seeded by the run's ``seed``), the search space as the sweeper
+    reads it, and the storage. Imports Optuna."""
+    from multigpu.run.optuna_trials import sampler_settings
+
+    settings = config.hydra.sweeper
+    sweeper = made_sweeper(settings, sampler_settings(config))
+    search_space(sweeper, settings, list(config.hydra.overrides.task))
+    check_storage(settings.storage)
+
+
+def check_not_grid(sampler: DictConfig) -> None:
+    """Optuna's grid sampler takes no seed (``hparams_search=optuna`` seeds the sampler) and
+    lists every value of every key: a basic sweep, which needs no study."""
+    if (sampler or {}).get("_target_") == GRID:
+        raise UserError(
+            "hydra/sweeper/sampler=grid: a grid is a basic sweep, run without Optuna: drop "
+            "hparams_search=optuna and list each key's values, e.g. -m "
+            "model.optimizer.lr=0.05,0.1 data.batch_size=64,128; or search with "
+            f"{SAMPLERS}"
+        )
 
 
 def check_counts(settings: DictConfig) -> None:
@@ -86,44 +129,226 @@ def check_direction(direction: Any) -> None:
 
 
 def check_storage(storage: Any) -> None:
-    """None (in memory), or a database URL, with Optuna's database storage working here: it
-    is tried on a database in memory, so that nothing is written."""
+    """None (in memory), or a database URL that Optuna's database storage can use here,
+    tried without writing the user's database: on a database of its own in a temporary
+    folder (Optuna 2 cannot record its schema under SQLAlchemy 2), then a SQLite file as a
+    copy of it, or a server by connecting."""
     if storage is None:
         return
+    quiet_alembic()
     import optuna
     import sqlalchemy
     from sqlalchemy.engine.url import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        make_url(str(storage))
+        url = make_url(str(storage))
     except ArgumentError:
         raise UserError(
             f"hydra.sweeper.storage={storage}: not a database URL; pass one, e.g. "
             "hydra.sweeper.storage=sqlite:///optuna.db, or null for a study in memory"
         ) from None
-    try:
-        optuna.storages.RDBStorage("sqlite://")
-    except Exception as err:  # noqa: BLE001 - Optuna 2 with SQLAlchemy 2, say
+    failure = database_storage_failure()
+    if failure is not None:
+        needs = ""
+        if major(optuna.__version__) < 3 and major(sqlalchemy.__version__) >= 2:
+            needs = f": Optuna 2 needs SQLAlchemy 1.4 ({SQLALCHEMY_FOR_OPTUNA_2})"
         raise UserError(
             f"hydra.sweeper.storage={storage}: Optuna {optuna.__version__}'s database storage "
-            f"fails with SQLAlchemy {sqlalchemy.__version__} ({one_line(err)}); install one it "
-            "works with (Optuna 2: pip install 'sqlalchemy<2'), or pass "
+            f"fails with SQLAlchemy {sqlalchemy.__version__} here ({failure}){needs}; or pass "
             "hydra.sweeper.storage=null for a study in memory"
+        )
+    if url.get_backend_name() == "sqlite":
+        check_sqlite_file(storage, url.database)
+    else:
+        check_server(storage, url)
+
+
+def major(version: str) -> int:
+    return int(version.split(".")[0])
+
+
+@functools.cache
+def database_storage_failure() -> str | None:
+    """Why Optuna's database storage fails in this environment (None: it works), found on a
+    SQLite file in a temporary folder, removed after. In memory it works even where a file
+    fails: Optuna 2's schema stamp is never committed under SQLAlchemy 2, and only the one
+    connection of a database in memory sees it."""
+    import optuna
+
+    folder = tempfile.mkdtemp(prefix="optuna-check-")
+    try:
+        storage = optuna.storages.RDBStorage(f"sqlite:///{folder}/probe.db")
+        storage.engine.dispose()
+    except Exception as err:  # noqa: BLE001 - whatever it is, the study would fail on it
+        return one_line(err)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
+def check_sqlite_file(storage: Any, database: str | None) -> None:
+    """A SQLite database file: one that exists must open as an Optuna study's (tried on a
+    copy), one to be made needs a writable folder; in memory (no file) it is always there."""
+    import optuna
+
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database).expanduser()
+    if not path.exists():
+        folder = path.parent
+        if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+            why = "is not a writable folder" if folder.is_dir() else "does not exist"
+            raise UserError(
+                f"hydra.sweeper.storage={storage}: {folder.resolve()} {why}, so the database "
+                "cannot be made there; make the folder, or pass another path"
+            )
+        return
+    folder = tempfile.mkdtemp(prefix="optuna-check-")
+    try:
+        copy = Path(folder) / "study.db"
+        shutil.copyfile(path, copy)
+        opened = optuna.storages.RDBStorage(f"sqlite:///{copy}")
+        opened.engine.dispose()
+    except Exception as err:  # noqa: BLE001 - a file that is not a study's database
+        raise UserError(
+            f"hydra.sweeper.storage={storage}: {path.resolve()} cannot be opened as an Optuna "
+            f"database ({one_line(err)}); pass another file, or null for a study in memory"
         ) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
-def search_space(settings: DictConfig, arguments: list[str]) -> tuple[dict, dict]:
+def check_server(storage: Any, url: Any) -> None:
+    """A database server's URL: its driver installed, and the server reached (connecting
+    writes nothing)."""
+    import sqlalchemy
+
+    try:
+        engine = sqlalchemy.create_engine(url)
+    except Exception as err:  # noqa: BLE001 - its driver, most often
+        raise UserError(
+            f"hydra.sweeper.storage={storage}: {one_line(err)}; install the database's "
+            "driver, or pass hydra.sweeper.storage=null for a study in memory"
+        ) from None
+    try:
+        with engine.connect():
+            pass
+    except Exception as err:  # noqa: BLE001 - a server that cannot be reached
+        raise UserError(
+            f"hydra.sweeper.storage={storage}: the database cannot be reached "
+            f"({one_line(err)}); pass one this machine can reach, or null for a study in memory"
+        ) from None
+    finally:
+        engine.dispose()
+
+
+def quiet_alembic() -> None:
+    """Optuna's database storage imports alembic, which logs a line per plugin it sets up."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+def search_space(sweeper: Any, settings: DictConfig, arguments: list[str]) -> tuple[dict, dict]:
     """The sweeper's own search space (``OptunaTrials.searched``), from its own sampler."""
-    sweeper = made_sweeper(settings)
     try:
         return sweeper.searched(arguments)
     except Exception as err:  # noqa: BLE001 - whatever the sweeper would fail on mid-study
         raise UserError(
-            f"{unusable(settings, arguments)}: {first_line(err)}; a searched key takes a "
-            f"choice(...), an interval(low, high) or a tag(log, interval(low, high)) with "
-            f"0 < low <= high, e.g. {{{EXAMPLE_SPACE}}}"
+            f"{unusable(settings, arguments)}: {first_line(err)}; {SPACE_FIX}"
         ) from None
+
+
+SPACE_FIX = (
+    "a searched key takes a choice(...), an interval(low, high) or a tag(log, interval(low, "
+    f"high)) with 0 < low <= high, e.g. {{{EXAMPLE_SPACE}}}"
+)
+
+
+def plain_search_space(
+    settings: DictConfig, arguments: list[str]
+) -> tuple[dict[str, list[Any]], dict[str, str]]:
+    """(the values each searched key can be drawn at that a job might refuse, the value of
+    each fixed key), read as the sweeper reads ``hydra.sweeper.params`` and the command line
+    (``create_params_from_overrides``: a key fixed anywhere is not searched), with Optuna's
+    rules for each distribution, without importing it. An entry it would refuse is a
+    ``UserError`` naming it."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    params = [f"{k!s}={v}" for k, v in (settings.get("params") or {}).items()]
+    given = [(p, "hydra.sweeper.params: ") for p in params] + [(a, "") for a in arguments]
+    space: dict[str, list[Any]] = {}
+    fixed: dict[str, str] = {}
+    for entry, where in given:
+        try:
+            (override,) = parser.parse_overrides([entry])
+            key = override.get_key_element()
+            if override.is_sweep_override():
+                space[key] = drawn_at(override)
+            else:
+                fixed[key] = override.get_value_element_as_str()
+        except Exception as err:  # noqa: BLE001 - as the sweeper would fail mid-study
+            raise UserError(f"{where}{entry}: {first_line(err)}; {SPACE_FIX}") from None
+    return {k: v for k, v in space.items() if k not in fixed}, fixed
+
+
+def drawn_at(override: Any) -> list[Any]:
+    """The values a trial can be drawn at that a job might refuse (each choice, or both ends)
+    of the distribution Hydra's Optuna sweeper makes of a sweep override
+    (``create_optuna_distribution_from_override``); what Optuna's distribution refuses, with
+    its words (``optuna.distributions``)."""
+    from hydra.core.override_parser.types import Transformer
+
+    value = override.value()
+    if override.is_choice_sweep() or (override.is_range_sweep() and value.shuffle):
+        choices = list(override.sweep_iterator(transformer=Transformer.encode))
+        for choice in choices:
+            if not isinstance(choice, (str, int, float, bool, type(None))):
+                raise ValueError(
+                    "A choice sweep expects str, int, float, bool, or None type. "
+                    f"Got {type(choice)}."
+                )
+        if not choices:
+            raise ValueError("The `choices` must contain one or more elements.")
+        return choices
+    if override.is_range_sweep():
+        low, high, step = value.start, value.stop, value.step
+        if any(isinstance(x, float) for x in (low, high, step)):
+            check_order(low, high, f", q={step}")
+            return [float(low), discrete_high(low, high, step)]
+        low, high, step = int(low), int(high), int(step)
+        check_order(low, high)
+        if step <= 0:
+            raise ValueError(f"The `step` value must be non-zero positive value, but step={step}.")
+        return [low, (high - low) // step * step + low]
+    if override.is_interval_sweep():
+        low, high = value.start, value.end
+        integer = isinstance(low, int) and isinstance(high, int)
+        check_order(low, high)
+        if "log" in value.tags and (low < 1 if integer else low <= 0):
+            bound = "equal to or greater than 1" if integer else "larger than 0"
+            raise ValueError(
+                f"The `low` value must be {bound} for a log distribution (low={low}, high={high})."
+            )
+        return [low, high] if integer else [float(low), float(high)]
+    raise NotImplementedError(f"{override} is not supported by Optuna sweeper.")
+
+
+def check_order(low: Any, high: Any, more: str = "") -> None:
+    if not low <= high:  # NaN included
+        raise ValueError(
+            "The `low` value must be smaller than or equal to the `high` value "
+            f"(low={low}, high={high}{more})."
+        )
+
+
+def discrete_high(low: float, high: float, q: float) -> float:
+    """The highest value of a discrete uniform range, as Optuna adjusts it to its step."""
+    d_low, d_high, d_q = (decimal.Decimal(str(x)) for x in (low, high, q))
+    span = d_high - d_low
+    if d_q and span % d_q != 0:
+        return float((span // d_q) * d_q + d_low)
+    return float(high)
 
 
 def unusable(settings: DictConfig, arguments: list[str]) -> str:
@@ -141,15 +366,16 @@ def unusable(settings: DictConfig, arguments: list[str]) -> str:
     return "hydra.sweeper.search_space"  # the deprecated form, the only one left
 
 
-def made_sweeper(settings: DictConfig) -> Any:
-    """The sweeper, as Hydra will make it from these settings."""
+def made_sweeper(settings: DictConfig, sampler: dict[str, Any] | None = None) -> Any:
+    """The sweeper, as Hydra will make it from these settings (``sampler``: its settings,
+    seeded; else as given)."""
     from multigpu.run.optuna_trials import OptunaTrials
 
     keys = ("direction", "storage", "study_name", "n_trials", "n_jobs", "max_failure_rate")
     keys += ("search_space", "params")
     try:
         return OptunaTrials(
-            sampler=made_sampler(settings.sampler),
+            sampler=made_sampler(settings.sampler if sampler is None else sampler),
             custom_search_space=settings.get("custom_search_space"),
             **{key: settings.get(key) for key in keys},
         )
@@ -162,12 +388,15 @@ def made_sweeper(settings: DictConfig) -> Any:
         ) from None
 
 
-def made_sampler(sampler: DictConfig) -> Any:
+def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     """An Optuna sampler other than the grid (a grid is a basic sweep: list the values)."""
+    quiet_alembic()
     import optuna
     from hydra.utils import instantiate
 
     target = sampler.get("_target_")
+    if target == GRID:
+        check_not_grid(sampler)
     try:
         made = instantiate(sampler)
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
@@ -213,8 +442,9 @@ def leaf_keys(tree: Any, prefix: str = "") -> list[str]:
     return [k for key, value in tree.items() for k in leaf_keys(value, f"{prefix}{key}.")]
 
 
-def drawn_at(distribution: Any) -> list[Any]:
-    """The values a key can be drawn at that a job might refuse: each choice, or both ends."""
+def ends(distribution: Any) -> list[Any]:
+    """The values an Optuna distribution can be drawn at that a job might refuse: each
+    choice, or both ends."""
     choices = getattr(distribution, "choices", None)
     return list(choices) if choices is not None else [distribution.low, distribution.high]
 

@@ -4,7 +4,8 @@ and the study goes on to its last trial. Hydra's own tells Optuna a NaN or missi
 value, which Optuna refuses with a traceback that ends the study and skips the sweep's report.
 
 Its settings were checked before the sweep's folder was made (``multigpu.run.optuna_check``),
-with the search space this sweeper builds (``searched``). Imports Optuna: only when chosen.
+with the search space this sweeper builds (``searched``) and the sampler it makes (seeded by
+the run's ``seed``). Imports Optuna: only when chosen.
 """
 
 from __future__ import annotations
@@ -13,26 +14,38 @@ import logging
 import sys
 from typing import Any
 
-import optuna
-from hydra.core.utils import JobReturn, JobStatus
-from hydra_plugins.hydra_optuna_sweeper._impl import (
+logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin, on Optuna's import
+
+import optuna  # noqa: E402
+from hydra.core.utils import JobReturn, JobStatus  # noqa: E402
+from hydra.types import HydraContext, TaskFunction  # noqa: E402
+from hydra_plugins.hydra_optuna_sweeper._impl import (  # noqa: E402
     OptunaSweeperImpl,
     create_params_from_overrides,
 )
-from omegaconf import OmegaConf
-from optuna.distributions import BaseDistribution
-from optuna.trial import TrialState
-from typing_extensions import override
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from optuna.distributions import BaseDistribution  # noqa: E402
+from optuna.trial import TrialState  # noqa: E402
+from typing_extensions import override  # noqa: E402
 
-from multigpu.config.errors import UserError
-from multigpu.run.objective import JobEnding, returned_ending
+from multigpu.config.errors import UserError  # noqa: E402
+from multigpu.run.objective import JobEnding, returned_ending  # noqa: E402
 
 log = logging.getLogger(__name__)
 
 
 class OptunaTrials(OptunaSweeperImpl):
     """``OptunaSweeperImpl`` with its own trial loop (``sweep``); the search space, the
-    trials' overrides and the sampler are Hydra's."""
+    trials' overrides and the sampler are Hydra's, the sampler seeded by the run's ``seed``."""
+
+    @override
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        from hydra.utils import instantiate
+
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.sampler = instantiate(sampler_settings(config))  # as checked before the sweep
 
     def searched(self, arguments: list[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
         """(the distribution of each searched key, the value of each fixed one): from
@@ -83,6 +96,16 @@ class OptunaTrials(OptunaSweeperImpl):
             sys.exit(UserError.exit_code)
 
 
+def sampler_settings(config: DictConfig) -> dict[str, Any]:
+    """``hydra.sweeper.sampler``, seeded by the run's ``seed`` where the sampler takes a seed
+    and none was given (``hydra.sweeper.sampler.seed=...`` wins). Not seeded in the config
+    (``hparams_search/optuna.yaml``): the grid's settings take no seed, and refused the key."""
+    sampler = OmegaConf.to_container(config.hydra.sweeper.sampler, resolve=True) or {}
+    if "seed" in sampler and sampler["seed"] is None:
+        sampler["seed"] = config.get("seed")
+    return sampler
+
+
 def ending_of(returned: JobReturn) -> JobEnding:
     """The job's ending; a job whose task raised (the launcher's own failure) failed."""
     if returned.status != JobStatus.COMPLETED:
@@ -92,11 +115,24 @@ def ending_of(returned: JobReturn) -> JobEnding:
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, ending: JobEnding) -> None:
-    """The trial's state, and its value when it completed (Optuna takes none otherwise)."""
+    """The trial's state, and its value when it completed (Optuna takes none otherwise); a
+    trial that did not complete is logged with the values it was drawn at."""
     values = None if ending.value is None else [ending.value]
+    drawn = drawn_values(trial)
     study.tell(trial, values=values, state=TrialState[ending.trial_state])
     if ending.value is None:
-        log.info("trial %d %s: told Optuna %s", trial.number, ending.status, ending.trial_state)
+        log.info(
+            "trial %d %s (%s): told Optuna %s",
+            trial.number,
+            ending.status,
+            drawn,
+            ending.trial_state,
+        )
+
+
+def drawn_values(trial: optuna.Trial) -> str:
+    """The trial's values as its job was given them: ``model.optimizer.lr=0.3``."""
+    return ", ".join(f"{key}={value}" for key, value in trial.params.items()) or "no values"
 
 
 def save_best(study: optuna.Study, path: str) -> None:

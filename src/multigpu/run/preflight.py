@@ -1,34 +1,41 @@
 """Hydra's callbacks before anything is written: a run, or every job of a sweep, is admitted
-(``multigpu.run.admission``) before Hydra creates its folder and writes its config there, so a
-refused run or sweep leaves nothing on disk and touches no existing folder. An admitted single
-run owns the folders it writes in from here on; a sweep owns its sweep folder.
+(``multigpu.run.admission``) and its parts built as its training will build them
+(``check_run_objects``: what torch or Lightning refuses only then) before Hydra creates its
+folder and writes its config there, so a refused run or sweep leaves nothing on disk and
+touches no existing folder. An admitted single run owns the folders it writes in from here on;
+a sweep owns its sweep folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import json
+import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import Container, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from multigpu.config.errors import UserError, WriteFailed, message
+from multigpu.config.errors import RunStopped, UserError, WriteFailed, message
 from multigpu.config.job_names import job_folder_name, swept_keys
-from multigpu.config.settings import Machine
+from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import RUN_FOLDER, admit, finished_notice, written_folders
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.optuna_check import is_optuna, optuna_probe_jobs
+from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
+from multigpu.storage.outcome import summary_line
 from multigpu.storage.ownership import acquire_all
 from multigpu.storage.paths import canonical
 from multigpu.storage.record import is_rank_zero
 
+log = logging.getLogger(__name__)
 BASIC_SWEEPER = "hydra._internal.core_plugins.basic_sweeper.BasicSweeper"
 
 
@@ -84,40 +91,66 @@ def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
 def check_sweep(config: DictConfig) -> None:
     """Every job's config and folder, before the first job starts: a sweep with jobs that
     cannot run is refused in one line that lists them. An Optuna study's trials are not
-    known yet: its settings, and every value it can draw, are checked instead."""
+    known yet: its settings, and every value it can draw, are checked instead.
+
+    In two rounds: every job as far as the checks before torch go (a value refused there is
+    answered without importing torch or Optuna), then what torch and Lightning refuse when a
+    job builds its Trainer, module, data module, strategy, callbacks and logger
+    (``check_run_objects``: each distinct part built once, reading no file and writing none)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
+
+    from multigpu.run.lightning_arguments import torch_checks_later
 
     try:
         jobs = sweep_jobs(config)
     except UserError as err:
         refuse(message(err), err.exit_code)
-    if not jobs:
+    if jobs is None:
         return
     loader = GlobalHydra.instance().config_loader()
     keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
     sweep_dir = canonical(config.hydra.sweep.dir)
     written = [{RUN_FOLDER: sweep_dir / name} for name in names]
-    problems = []
+    problems, starting = [], []
     machine = Machine.this(multirun=True)
-    for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
-        try:
-            job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
-            written[number] = written_folders(job, sweep_dir / name)
-            admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
-        except UserError as err:
-            problems.append(f"job {number} ({name}): {message(err)}")
-        except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
-            problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
+    with torch_checks_later():
+        for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
+            try:
+                job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
+                written[number] = written_folders(job, sweep_dir / name)
+                admission = admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
+            except UserError as err:
+                problems.append(f"job {number} ({name}): {message(err)}")
+            except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
+                problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
+            else:
+                if admission.finished is None:  # a finished job is skipped: nothing is built
+                    starting.append((f"job {number} ({name})", job, admission.run))
     if is_optuna(config):  # its trials' folders are named by values drawn later
         what = "trials at the ends of the search space (hydra.sweeper.params)"
     else:
         problems = shared_folders(written) + problems
         what = "jobs"
+    refuse_jobs(problems, len(jobs), what)
+    if is_optuna(config):  # imports Optuna: the sampler, search space and storage it makes
+        try:
+            check_study(config)
+        except UserError as err:
+            refuse(message(err), err.exit_code)
+    for job_name, job, run in starting:
+        try:
+            check_run_objects(job, run)
+        except UserError as err:
+            problems.append(f"{job_name}: {message(err)}")
+    refuse_jobs(problems, len(jobs), what)
+
+
+def refuse_jobs(problems: list[str], count: int, what: str) -> None:
     if problems:
         refuse(
-            f"{len(problems)} of {len(jobs)} {what} cannot run, so none was started: "
+            f"{len(problems)} of {count} {what} cannot run, so none was started: "
             + " | ".join(problems),
             UserError.exit_code,
         )
@@ -177,6 +210,7 @@ class Preflight(Callback):
             if admission.finished is not None:
                 raise finished_notice(folder, admission.finished)
             if is_rank_zero():
+                check_run_objects(cfg, admission.run)  # what torch refuses only when built
                 acquire_all(admission.folders)  # held until this process ends
         except UserError as err:
             refuse(message(err), err.exit_code)
@@ -191,3 +225,204 @@ class Preflight(Callback):
             acquire_all({"hydra.sweep.dir": canonical(config.hydra.sweep.dir)})
         except UserError as err:
             refuse(message(err), err.exit_code)
+
+
+# --- what the run builds before its first step, built here first ------------------------------
+
+# The outcome of each part already checked in this process, by its inputs: None (built), or
+# the refusal. A sweep's jobs that differ elsewhere build a part once (``check_run_objects``).
+_checked: dict[str, UserError | None] = {}
+
+
+class Refused(Exception):
+    """A part of the run that torch or Lightning refused to build: the config ``node`` it was
+    built from and what refused it."""
+
+    def __init__(self, node: str, builder: str, cause: BaseException) -> None:
+        super().__init__(node)
+        self.node, self.builder, self.cause = node, builder, cause
+
+
+def check_run_objects(cfg: DictConfig, run: Run) -> None:
+    """Build what ``multigpu.run.fit`` builds from the config before the first step (the
+    Trainer, the module with its compiled network, optimizer and scheduler, the data module,
+    the strategy, the callbacks and the logger) and what Lightning hands torch at the first step
+    (``trainer.detect_anomaly``), reading no file and writing none: what torch or Lightning
+    refuses is a ``UserError`` naming the setting as it was given. Each part is built once per
+    distinct inputs in this process (its outcome kept). Imports torch and Lightning."""
+    from multigpu.run import fit  # torch and Lightning: what the run imports next
+    from multigpu.run.lightning_arguments import check_trainer_arguments, turned_on
+
+    trainer = plain(cfg["trainer"])
+    callbacks = cfg.get("callbacks") or {}
+    parts: list[tuple[Any, Callable[[], None]]] = [
+        (("trainer", trainer, turned_on(cfg)), lambda: check_trainer_arguments(cfg, now=True)),
+        (("detect_anomaly", trainer.get("detect_anomaly")), lambda: anomaly_mode(trainer)),
+        (
+            ("model", plain(cfg.model), run.lr, run.warmup_epochs, run.warmup_from),
+            lambda: model_parts(cfg, run, fit),
+        ),
+        (
+            ("data", plain(cfg.data), run.process_batch_size, run.num_workers, run.pin_memory),
+            lambda: built("data", cfg.data, lambda: fit.build_datamodule(cfg.data, run)),
+        ),
+        (
+            ("strategy", plain(cfg.strategy), run.placement, run.torch_devices, run.start_method),
+            lambda: built("strategy", cfg.strategy, lambda: fit.build_strategy(cfg.strategy, run)),
+        ),
+        (("logger", plain(cfg.get("logger"))), lambda: built_node(cfg, "logger", fit.build)),
+    ]
+    for name in callbacks:
+        key = ("callback", name, plain(callbacks[name]))
+        parts.append((key, functools.partial(built_node, cfg, f"callbacks.{name}", fit.build)))
+    for key, check in parts:
+        seen = json.dumps(key, sort_keys=True, default=repr)
+        if seen not in _checked:
+            _checked[seen] = refusal_of(cfg, check)
+        if _checked[seen] is not None:
+            raise copy.copy(_checked[seen])
+
+
+def refusal_of(cfg: DictConfig, check: Callable[[], None]) -> UserError | None:
+    """None when ``check`` builds its part; else the one line saying what refused which
+    setting, and that it can be fixed or dropped."""
+    from multigpu.run.lightning_arguments import silenced
+
+    try:
+        with silenced():
+            check()
+    except UserError as err:  # a constructor's own, or Lightning's refusal made one line
+        return err
+    except Refused as err:
+        log.debug("%s refused", err.node, exc_info=err.cause)
+        reason = summary_line(str(err.cause)).rstrip(".") or type(err.cause).__name__
+        shown = given_as(cfg, err.node)
+        return UserError(
+            f"{shown}: {err.builder} refuses it ({reason}); pass a value it takes, or drop it"
+        )
+    return None
+
+
+def built(node: str, config: Any, make: Callable[[], Any]) -> Any:
+    """``make()``, whose failure is the refusal of ``node`` by the class it names."""
+    try:
+        return make()
+    except (UserError, RunStopped):
+        raise
+    except Exception as err:
+        raise Refused(node, target_of(config, node), cause_of(err)) from err
+
+
+def cause_of(err: BaseException) -> BaseException:
+    """The constructor's own error, out of Hydra's wrapping (which names the target and the
+    config key on lines of its own)."""
+    from hydra.errors import InstantiationException
+
+    while isinstance(err, InstantiationException) and err.__cause__ is not None:
+        err = err.__cause__
+    return err
+
+
+def built_node(cfg: DictConfig, node: str, build: Callable[[Any], Any]) -> None:
+    config = OmegaConf.select(cfg, node)
+    if config:
+        built(node, config, lambda: build(config))
+
+
+def target_of(config: Any, node: str) -> str:
+    target = config.get("_target_") if isinstance(config, Mapping) else None
+    return str(target) if target else node
+
+
+def model_parts(cfg: DictConfig, run: Run, fit: Any) -> None:
+    """The module as ``fit`` builds it, its network prepared (``channels_last``, compiled) as
+    ``configure_model`` does, and its optimizer and scheduler (``configure_optimizers``,
+    lengths left in epochs: a step scheduler's steps need the Trainer's data)."""
+    from hydra.utils import instantiate
+
+    model = cfg.model
+    module = built(
+        "model", model, lambda: on_meta_device(model, lambda: fit.build_module(model, run))
+    )
+    compiled = bool(model.get("compile"))
+    built(
+        "model.compile" if compiled else "model.channels_last",
+        {"_target_": "torch.compile"} if compiled else None,
+        module.configure_model,
+    )
+    optimizer = built(
+        "model.optimizer",
+        model.optimizer,
+        lambda: instantiate(module.hparams.optimizer)(module.parameter_groups()),
+    )
+    if module.hparams.scheduler:
+        module.scheduler_interval = "epoch"
+        built("model.scheduler", model.scheduler, lambda: module.build_scheduler(optimizer))
+
+
+def on_meta_device(node: DictConfig, make: Callable[[], Any]) -> Any:
+    """``make()`` with the tensors it makes on torch's meta device (no memory, no
+    initialisation: a full-size network in milliseconds); if it fails there, again on the
+    CPU, whose answer stands (a constructor may compute with its tensors). The classes it
+    names are imported first, outside: a module's tensors made on import stay real."""
+    import torch
+    from hydra.utils import get_object
+
+    for target in targets(plain(node)):
+        with contextlib.suppress(Exception):  # one that cannot be found: the build says so
+            get_object(target)
+    try:
+        with torch.device("meta"):
+            return make()
+    except (UserError, RunStopped):
+        raise
+    except Exception:  # noqa: BLE001 - decided on the CPU
+        return make()
+
+
+def targets(tree: Any) -> Iterator[str]:
+    """Every ``_target_`` in a plain config tree."""
+    if isinstance(tree, Mapping):
+        if isinstance(tree.get("_target_"), str):
+            yield tree["_target_"]
+        for value in tree.values():
+            yield from targets(value)
+    elif isinstance(tree, list):
+        for value in tree:
+            yield from targets(value)
+
+
+def anomaly_mode(trainer: Mapping[str, Any]) -> None:
+    """What Lightning does with ``trainer.detect_anomaly`` at the first step: torch's anomaly
+    mode, entered and left."""
+    import torch
+
+    if "detect_anomaly" not in trainer:
+        return
+    try:
+        with torch.autograd.set_detect_anomaly(trainer["detect_anomaly"]):
+            pass
+    except Exception as err:
+        raise Refused("trainer.detect_anomaly", "torch.autograd.set_detect_anomaly", err) from err
+
+
+def given_as(cfg: DictConfig, node: str) -> str:
+    """``node`` as the command line gave it (its overrides, or those of keys under it), else
+    with its value from the config."""
+    task = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
+    keys = [override_key(o) for o in task]
+    given = [
+        o for o, key in zip(task, keys, strict=True) if key == node or key.startswith(node + ".")
+    ]
+    if given:
+        return ", ".join(given)
+    value = OmegaConf.select(cfg, node, default=None, throw_on_resolution_failure=False)
+    if isinstance(value, Container):
+        return node
+    return f"{node}={value}"
+
+
+def override_key(override: str) -> str:
+    """The config key an override sets: ``+trainer.x=1`` -> ``trainer.x``, a group
+    ``model/scheduler=cosine`` -> ``model.scheduler``."""
+    return override.lstrip("+~").split("=", 1)[0].replace("/", ".")

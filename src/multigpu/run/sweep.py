@@ -41,8 +41,9 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
         except Exception as err:
             if not isinstance(err, (UserError, RunStopped)):  # a bug: keep the traceback in the log
                 log.error("job failed", exc_info=True)
-            outcome, number = outcome_of(err), HydraConfig.get().job.num
-            print(f"error: job {number} failed: {outcome.reason}", file=sys.stderr)
+            outcome, job = outcome_of(err), HydraConfig.get()
+            name = Path(job.runtime.output_dir).name  # named by its values, as its folder
+            print(f"error: job {job.job.num} ({name}) failed: {outcome.reason}", file=sys.stderr)
             return job_ending(None, outcome.status)  # Optuna: a pruned or failed trial
 
     return wrapper
