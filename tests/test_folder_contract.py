@@ -422,7 +422,7 @@ def test_the_first_stop_signal_is_the_runs_ending_and_later_ones_are_ignored(sig
     """However many signals come, in any order: the first stops the run as it always did
     (``KeyboardInterrupt``, ``Interrupted`` with 128 + its number, or Lightning's SIGTERM
     handling), and is the run's ending; every later one does nothing."""
-    from multigpu.run import training
+    from multigpu.callbacks import interrupts as training
 
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     before: list[int] = []  # what the handlers before the run's were given

@@ -12,16 +12,24 @@ SIGHUP, which a closed terminal sends the jobs it started, and SIGUSR1/2 outside
 (``multigpu.config.launch.stop_signals``) are stops like SIGTERM (their default would end the
 process unrecorded): before and after training the same way; while
 Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
-current step, and named by ``stop_signal``."""
+current step, and named by ``stop_signal``.
+
+A run ends for the *first* signal that stops it (``Ending``): Ctrl-C then ``kill`` (SIGINT then
+SIGTERM) is recorded ``interrupted by SIGINT`` and exits 130, however close the two come;
+every later one is ignored until the process has exited, so that the record and the exit status
+always name the same signal (a SIGTERM after the record was written had ended the process
+with -15, its record saying SIGINT). SIGKILL still ends a run that must end at once."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from multigpu.config.errors import Interrupted
 from multigpu.config.launch import stop_signals
@@ -55,7 +63,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def stop_signal(default: signal.Signals) -> signal.Signals:
     """The signal that Lightning's SIGTERM handling stopped for: a SIGHUP (or SIGUSR1/2) handed
     to it, or ``default`` (SIGTERM)."""
-    return _handed_over[-1] if _handed_over else default
+    return _handed_over[0] if _handed_over else default
 
 
 @contextmanager
@@ -93,3 +101,99 @@ def skipped_on_signal(what: str) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+class Ending:
+    """The signal a run stops for: the first of Ctrl-C's SIGINT and the ``stop_signals``
+    (SIGTERM, SIGHUP, SIGUSR1/2 outside SLURM) to come, noted by ``handle``, the handler of each
+    while the run's process runs ``train``. A later one is ignored from then on, until the
+    process has exited: the run already stops, its record names the first, and the process
+    exits with 128 + the first's number. Before that, ``handle`` stops the run as each signal
+    would: SIGINT raises ``KeyboardInterrupt`` (which Lightning answers by stopping after the
+    current step); a stop signal raises ``Interrupted`` outside Lightning's training and is
+    handed to Lightning's SIGTERM handling while it trains (``multigpu.callbacks.interrupts``);
+    outside ``train``'s run (``armed`` false) it does what the handler before it did."""
+
+    def __init__(self, signums: tuple[signal.Signals, ...]):
+        self.first: signal.Signals | None = None
+        self.armed = False  # between the run's start and its end: stop it
+        self.signums = signums
+        self.previous = {s: signal.getsignal(s) for s in signums}
+        self.handler = self.handle  # one object: Lightning's handlers are told apart from it
+
+    def install(self) -> None:
+        for signum in self.signums:
+            signal.signal(signum, self.handler)
+
+    def note(self, signum: int) -> signal.Signals:
+        """The run's stop signal: ``signum`` if it is the first."""
+        if self.first is None:
+            self.first = signal.Signals(signum)
+        return self.first
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.first is not None:
+            return  # the run already stops for the first signal
+        self.note(signum)
+        if not self.armed:
+            previous = self.previous[signum]
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:  # the signal's default: the process ends by it
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+            return
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        lightning = signal.getsignal(signal.SIGTERM)
+        if lightning is self.handler or not callable(lightning):  # Lightning is not training
+            raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
+        if signum != signal.SIGTERM:  # SIGTERM came through Lightning's handler, which stops
+            lightning(signal.SIGTERM, frame)  # Lightning stops after the current step
+
+
+_ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)
+
+
+def run_stop_signal() -> signal.Signals | None:
+    """The signal the run stops for (the first), if one came."""
+    return _ending.first if _ending is not None else None
+
+
+def note_stop_signal(signum: int) -> signal.Signals:
+    """Note a stop signal found another way (the data loader's workers ended by one); returns
+    the run's (the first)."""
+    return _ending.note(signum) if _ending is not None else signal.Signals(signum)
+
+
+def ignored_until_exit(signums: tuple[signal.Signals, ...]) -> None:
+    """At exit, after the run stopped for a signal: Python puts the default action back for a
+    signal it handles while it finalizes, so a later one would still end the process by it
+    (SIGTERM: status -15, the record saying SIGINT); the OS ignores them instead."""
+    if _ending is not None and _ending.first is not None:
+        for signum in signums:
+            signal.signal(signum, signal.SIG_IGN)
+
+
+@contextmanager
+def one_ending() -> Iterator[Ending | None]:
+    """The run's ``Ending`` for the block; once a signal has stopped the run, its handler stays
+    (every later signal ignored) until the process exits, finalization included; else the
+    handlers before it return."""
+    global _ending
+    if threading.current_thread() is not threading.main_thread():
+        yield None  # signal handlers can only be set from the main thread
+        return
+    ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
+    ending.install()  # first: the handlers sigterm_interrupts puts back when it ends
+    _ending = ending
+    try:
+        yield ending
+    finally:
+        ending.armed = False
+        if ending.first is None:
+            _ending = None
+            for signum, handler in ending.previous.items():
+                signal.signal(signum, handler)
+        else:
+            atexit.register(ignored_until_exit, ending.signums)

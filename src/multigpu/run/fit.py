@@ -29,7 +29,12 @@ from multigpu.callbacks import (
     HParamsSummary,
     PhaseTimer,
 )
-from multigpu.callbacks.interrupts import after_training_notice, stop_signal
+from multigpu.callbacks.interrupts import (
+    after_training_notice,
+    note_stop_signal,
+    run_stop_signal,
+    stop_signal,
+)
 from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
 from multigpu.config.launch import requeue_on_warning, slurm_started, stop_signals
@@ -41,7 +46,6 @@ from multigpu.run.build import build
 from multigpu.run.lightning_arguments import lightning_refusal
 from multigpu.run.quiet import quiet
 from multigpu.run.resume import check_same_run
-from multigpu.run.training import note_stop_signal, run_stop_signal
 from multigpu.storage.checkpoint import (
     check_fits,
     check_resumable,
@@ -246,7 +250,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         if not trainer.interrupted:
             raise
         # The run's first stop signal, not the one Lightning saw last (a SIGTERM during its
-        # answer to Ctrl-C sets received_sigterm too): multigpu.run.training.Ending
+        # answer to Ctrl-C sets received_sigterm too): multigpu.callbacks.interrupts.Ending
         signum = run_stop_signal() or (
             stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
         )

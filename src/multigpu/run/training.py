@@ -6,33 +6,21 @@ the command line that happened before Hydra created the folder, and is not done 
 ``multigpu.run.fit`` trains. ``train`` owns the folders the run writes in (its run folder and its
 checkpoint folder) and its record while it runs: however the run ends (any signal that would end
 it included), ``metrics.json`` says how, or the error line says that it could not.
-
-A run ends for the *first* signal that stops it (``Ending``): Ctrl-C then ``kill`` (SIGINT then
-SIGTERM) is recorded ``interrupted by SIGINT`` and exits 130, however close the two come;
-every later one is ignored until the process has exited, so that the record and the exit status
-always name the same signal (a SIGTERM after the record was written had ended the process
-with -15, its record saying SIGINT). SIGKILL still ends a run that must end at once.
+A run ends for the *first* signal that stops it (``multigpu.callbacks.interrupts.one_ending``).
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
-import os
-import signal
-import threading
 import time
-from collections.abc import Iterator
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig
 
-from multigpu.callbacks.interrupts import sigterm_interrupts
+from multigpu.callbacks.interrupts import one_ending, sigterm_interrupts
 from multigpu.config.errors import (
-    Interrupted,
     NothingToDo,
     OccupiedFolder,
     UserError,
@@ -40,7 +28,6 @@ from multigpu.config.errors import (
     add_note,
     message,
 )
-from multigpu.config.launch import stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, finished_notice
 from multigpu.run.cli import hydra_runtime
@@ -51,102 +38,6 @@ from multigpu.storage.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, re
 
 log = logging.getLogger(__name__)
 _admitted: dict[Path, Admission] = {}  # decided before Hydra made the folder (preflight.Preflight)
-
-
-class Ending:
-    """The signal a run stops for: the first of Ctrl-C's SIGINT and the ``stop_signals``
-    (SIGTERM, SIGHUP, SIGUSR1/2 outside SLURM) to come, noted by ``handle``, the handler of each
-    while the run's process runs ``train``. A later one is ignored from then on, until the
-    process has exited: the run already stops, its record names the first, and the process
-    exits with 128 + the first's number. Before that, ``handle`` stops the run as each signal
-    would: SIGINT raises ``KeyboardInterrupt`` (which Lightning answers by stopping after the
-    current step); a stop signal raises ``Interrupted`` outside Lightning's training and is
-    handed to Lightning's SIGTERM handling while it trains (``multigpu.callbacks.interrupts``);
-    outside ``train``'s run (``armed`` false) it does what the handler before it did."""
-
-    def __init__(self, signums: tuple[signal.Signals, ...]):
-        self.first: signal.Signals | None = None
-        self.armed = False  # between the run's start and its end: stop it
-        self.signums = signums
-        self.previous = {s: signal.getsignal(s) for s in signums}
-        self.handler = self.handle  # one object: Lightning's handlers are told apart from it
-
-    def install(self) -> None:
-        for signum in self.signums:
-            signal.signal(signum, self.handler)
-
-    def note(self, signum: int) -> signal.Signals:
-        """The run's stop signal: ``signum`` if it is the first."""
-        if self.first is None:
-            self.first = signal.Signals(signum)
-        return self.first
-
-    def handle(self, signum: int, frame: Any) -> None:
-        if self.first is not None:
-            return  # the run already stops for the first signal
-        self.note(signum)
-        if not self.armed:
-            previous = self.previous[signum]
-            if callable(previous):
-                previous(signum, frame)
-            elif previous == signal.SIG_DFL:  # the signal's default: the process ends by it
-                signal.signal(signum, signal.SIG_DFL)
-                os.kill(os.getpid(), signum)
-            return
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        lightning = signal.getsignal(signal.SIGTERM)
-        if lightning is self.handler or not callable(lightning):  # Lightning is not training
-            raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
-        if signum != signal.SIGTERM:  # SIGTERM came through Lightning's handler, which stops
-            lightning(signal.SIGTERM, frame)  # Lightning stops after the current step
-
-
-_ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)
-
-
-def run_stop_signal() -> signal.Signals | None:
-    """The signal the run stops for (the first), if one came."""
-    return _ending.first if _ending is not None else None
-
-
-def note_stop_signal(signum: int) -> signal.Signals:
-    """Note a stop signal found another way (the data loader's workers ended by one); returns
-    the run's (the first)."""
-    return _ending.note(signum) if _ending is not None else signal.Signals(signum)
-
-
-def ignored_until_exit(signums: tuple[signal.Signals, ...]) -> None:
-    """At exit, after the run stopped for a signal: Python puts the default action back for a
-    signal it handles while it finalizes, so a later one would still end the process by it
-    (SIGTERM: status -15, the record saying SIGINT); the OS ignores them instead."""
-    if _ending is not None and _ending.first is not None:
-        for signum in signums:
-            signal.signal(signum, signal.SIG_IGN)
-
-
-@contextlib.contextmanager
-def one_ending() -> Iterator[Ending | None]:
-    """The run's ``Ending`` for the block; once a signal has stopped the run, its handler stays
-    (every later signal ignored) until the process exits, finalization included; else the
-    handlers before it return."""
-    global _ending
-    if threading.current_thread() is not threading.main_thread():
-        yield None  # signal handlers can only be set from the main thread
-        return
-    ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
-    ending.install()  # first: the handlers sigterm_interrupts puts back when it ends
-    _ending = ending
-    try:
-        yield ending
-    finally:
-        ending.armed = False
-        if ending.first is None:
-            _ending = None
-            for signum, handler in ending.previous.items():
-                signal.signal(signum, handler)
-        else:
-            atexit.register(ignored_until_exit, ending.signums)
 
 
 def resolve(cfg: DictConfig) -> Run:
