@@ -422,14 +422,14 @@ def test_the_first_stop_signal_is_the_runs_ending_and_later_ones_are_ignored(sig
     """However many signals come, in any order: the first stops the run as it always did
     (``KeyboardInterrupt``, ``Interrupted`` with 128 + its number, or Lightning's SIGTERM
     handling), and is the run's ending; every later one does nothing."""
-    from multigpu.callbacks import interrupts as training
+    from multigpu.callbacks import interrupts
 
     previous = {s: signal.getsignal(s) for s in SIGNALS}
     before: list[int] = []  # what the handlers before the run's were given
     for signum in SIGNALS:  # never this process's own default actions
         signal.signal(signum, lambda signum, frame: before.append(signum))
     try:
-        with training.one_ending() as ending:
+        with interrupts.one_ending() as ending:
             ending.install()
             ending.armed = phase != "after_the_run"
             lightning = FakeLightning(ending.handler)
@@ -451,15 +451,15 @@ def test_the_first_stop_signal_is_the_runs_ending_and_later_ones_are_ignored(sig
             for signum in later:
                 via = lightning if phase == "training" and signum == signal.SIGTERM else None
                 assert deliver(via or signal.getsignal(signum), signum) is None
-            assert ending.first == first and training.run_stop_signal() == first
+            assert ending.first == first and interrupts.run_stop_signal() == first
             assert before == ([first] if phase == "after_the_run" else [])
             assert lightning.received[: len(received)] == received
             assert all(s == signal.SIGTERM for s in lightning.received[len(received) :])
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        atexit.unregister(training.ignored_until_exit)
-        training._ending = None
+        atexit.unregister(interrupts.ignored_until_exit)
+        interrupts._ending = None
 
 
 def deliver(handler, signum: int):
