@@ -389,3 +389,53 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     assert "with the schedule as configured now: lr 0.05 (the checkpoint's schedule had 0)" in (
         extended.stdout + extended.stderr
     )
+
+
+def test_a_divergence_names_the_lr_its_step_was_taken_at(tmp_path):
+    """The window is checked after its steps, by when a schedule has moved the lr on (a cosine
+    over the epoch's steps is at 0 at its end): the line names the lr of the bad step, as a
+    second optimizer and scheduler stepped the same number of times give it."""
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from multigpu.callbacks.divergence import DivergenceGuard
+    from multigpu.config.errors import Diverged
+
+    def schedule(params):
+        optimizer = torch.optim.SGD(params, lr=0.5)
+        return optimizer, torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=4)
+
+    class BlowsUpAtTheLastStep(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(2, 1)
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.net(x), y)
+            return loss * math.nan if batch_idx == 3 else loss
+
+        def configure_optimizers(self):
+            optimizer, scheduler = schedule(self.parameters())
+            return [optimizer], [{"scheduler": scheduler, "interval": "step"}]
+
+    data = DataLoader(TensorDataset(torch.randn(4, 2), torch.randn(4, 1)), batch_size=1)
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        callbacks=[DivergenceGuard(check_every_n_steps=100)],  # checked at the epoch's end
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    with pytest.raises(Diverged) as diverged:
+        trainer.fit(BlowsUpAtTheLastStep(), data)
+    optimizer, scheduler = schedule([torch.nn.Parameter(torch.zeros(1))])
+    for _ in range(3):  # the bad step is the fourth: three scheduler steps before it
+        optimizer.step()
+        scheduler.step()
+    taken_at = optimizer.param_groups[0]["lr"]
+    assert trainer.optimizers[0].param_groups[0]["lr"] != pytest.approx(taken_at)
+    assert f"at step 4 (epoch 1) with lr {taken_at:g};" in str(diverged.value)

@@ -2,8 +2,10 @@
 
 The losses of the last ``check_every_n_steps`` steps stay on the device and are read in one
 go, so the check costs one host synchronisation per window instead of one per step, and still
-names the exact step. The window is always closed at the end of an epoch, before Lightning's
-checkpoint callback (which runs after all others) saves ``last.ckpt``.
+names the exact step, with the lr it was taken at (read then: a schedule may have moved it by
+the time the window is checked, a cosine to 0 at its end). The window is always closed at the
+end of an epoch, before Lightning's checkpoint callback (which runs after all others) saves
+``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ class DivergenceGuard(Callback):
         self.every = check_every_n_steps
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self._losses: list[Tensor] = []
+        self._lrs: list[float] = []  # each step's lr, a Python float: no host synchronisation
+        self._lr = math.nan  # the lr of the latest optimizer step (``on_before_optimizer_step``)
         self._first_step = 0
 
     @override
@@ -39,8 +43,17 @@ class DivergenceGuard(Callback):
         if not self._losses:
             self._first_step = trainer.global_step  # steps done, this one included
         self._losses.append(loss.detach().reshape(()))
+        self._lrs.append(self._lr if math.isfinite(self._lr) else current_lr(trainer))
         if len(self._losses) >= self.every:
             self.check(trainer)
+
+    @override
+    def on_before_optimizer_step(
+        self, trainer: Trainer, pl_module: LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # The step's own lr: warm-up applied, not yet moved on by a scheduler stepped per step
+        # (which Lightning steps before on_train_batch_end).
+        self._lr = optimizer.param_groups[0]["lr"]
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -49,21 +62,20 @@ class DivergenceGuard(Callback):
     def check(self, trainer: Trainer) -> None:
         if not self._losses:
             return
-        losses = torch.stack(self._losses).float()
-        self._losses = []
+        losses, lrs = torch.stack(self._losses).float(), self._lrs
+        self._losses, self._lrs = [], []
         finite = torch.isfinite(losses)
         bad_here = not bool(finite.all())
         if not trainer.strategy.reduce_boolean_decision(bad_here, all=False):
             return
         if bad_here:
             index = int((~finite).nonzero()[0])
-            value, step = losses[index].item(), self._first_step + index
+            value, step, lr = losses[index].item(), self._first_step + index, lrs[index]
         else:  # another DDP process saw it first
-            value, step = math.nan, trainer.global_step
-        raise Diverged(self.message(trainer, value, step))
+            value, step, lr = math.nan, trainer.global_step, lrs[-1]
+        raise Diverged(self.message(trainer, value, step, lr))
 
-    def message(self, trainer: Trainer, value: float, step: int) -> str:
-        lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
+    def message(self, trainer: Trainer, value: float, step: int, lr: float) -> str:
         last = self.checkpoint_dir / "last.ckpt" if self.checkpoint_dir else None
         if last is not None and last.is_file():
             kept = f"kept the last good checkpoint {last} (after epoch {trainer.current_epoch})"
@@ -74,3 +86,7 @@ class DivergenceGuard(Callback):
             f"training diverged: loss is {value} at step {step} (epoch {epoch}) with lr {lr:g}; "
             f"{kept}: lower model.optimizer.lr and train again"
         )
+
+
+def current_lr(trainer: Trainer) -> float:
+    return trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
