@@ -1,9 +1,9 @@
 """Lightning's and torch's own answers to the run's config, before anything is written.
 
-The checks before torch (``multigpu.config.settings``: types, ``RANGES``, names) know every
-number Lightning's ``Trainer`` takes; Lightning refuses more once it builds one (a duration it
-cannot read in ``+trainer.val_check_interval``, a ``gradient_clip_algorithm`` or ``profiler``
-it does not know). ``multigpu.run.fit`` builds the Trainer only after the run's folder and record
+The checks before torch (``multigpu.config.schema``'s ``Trainer``) know the type of every
+argument Lightning's ``Trainer`` takes, the range of each number and the names of each choice;
+Lightning refuses more once it builds one (a duration it cannot read in
+``+trainer.val_check_interval``, a ``profiler`` it does not know). ``multigpu.run.fit`` builds the Trainer only after the run's folder and record
 exist, so its refusal came after a folder was made. Admission builds one first, with what the
 run sets itself (devices, strategy, callbacks, logger, plugins) left neutral: building a
 Trainer reads no file and writes none, and its refusal is one line.
