@@ -171,14 +171,14 @@ def test_ddp_two_processes_match_one_device(tmp_path, reference):
         *EXACT,
         "strategy=ddp",
         "trainer.devices=2",
-        f"hydra.run.dir={tmp_path}",
+        f"hydra.run.dir={tmp_path / 'ddp'}",  # beside the runs below: none inside another's
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    ckpt = tmp_path / "checkpoints" / "last.ckpt"
+    ckpt = tmp_path / "ddp" / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, weights_only=True)["state_dict"]
     assert_same_parameters(state, expected, initial)
-    metrics = json.loads((tmp_path / "metrics.json").read_text())
+    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
     assert metrics["run"]["strategy"] == "ddp" and metrics["status"] == "completed"
     assert metrics["train_loss"] == pytest.approx(expected_metrics["train_loss"], abs=1e-5)
     # A DDP checkpoint resumes on one device.
