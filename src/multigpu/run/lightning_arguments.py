@@ -3,10 +3,11 @@
 The checks before torch (``multigpu.config.schema``'s ``Trainer``) know the type of every
 argument Lightning's ``Trainer`` takes, the range of each number and the names of each choice;
 Lightning refuses more once it builds one (a duration it cannot read in
-``+trainer.val_check_interval``, a ``profiler`` it does not know). ``multigpu.run.fit`` builds the Trainer only after the run's folder and record
-exist, so its refusal came after a folder was made. Admission builds one first, with what the
-run sets itself (devices, strategy, callbacks, logger, plugins) left neutral: building a
-Trainer reads no file and writes none, and its refusal is one line.
+``+trainer.val_check_interval``, a ``profiler`` it does not know). ``multigpu.run.fit`` builds
+the Trainer only after the run's folder and record exist, so its refusal came after a folder was
+made. Admission builds one first, with what the run sets itself (devices, strategy, callbacks,
+logger, plugins) left neutral: building a Trainer reads no file and writes none, and its refusal
+is one line.
 
 Torch and Lightning refuse more only when the run builds its other parts or takes its first
 step (``model.compile={backend: nonsense}``, a callback's argument):

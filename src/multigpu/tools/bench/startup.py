@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from multigpu.tools.bench.mistakes import MISTAKES
 from multigpu.storage.atomic import write_atomically, write_json
+from multigpu.tools.bench.mistakes import MISTAKES
 from multigpu.tools.markdown import table
 
 REPO = Path(__file__).resolve().parents[4]
