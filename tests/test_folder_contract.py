@@ -470,3 +470,29 @@ def deliver(handler, signum: int):
     except (KeyboardInterrupt, Interrupted) as raised:
         return raised
     return None
+
+
+def test_a_signal_that_only_skipped_the_work_after_the_last_epoch_hands_the_signals_back():
+    """The run completed (the signal skipped its test figures): the handlers before the run
+    answer the next signal, so that a sweep's next job, or its report, can still be stopped;
+    a run that a signal stopped keeps ignoring later ones until the process exits."""
+    from multigpu.callbacks import interrupts
+
+    signums = (signal.SIGINT, signal.SIGTERM)
+    before = {s: signal.getsignal(s) for s in signums}
+    with interrupts.one_ending():
+        interrupts.note_stop_signal(signal.SIGINT)  # as fit notes one after the last epoch
+    assert {s: signal.getsignal(s) for s in signums} == before
+    assert interrupts.run_stop_signal() is None
+
+    with pytest.raises(KeyboardInterrupt), interrupts.one_ending():
+        interrupts.note_stop_signal(signal.SIGINT)
+        raise KeyboardInterrupt
+    try:
+        assert interrupts.run_stop_signal() == signal.SIGINT
+        assert all(signal.getsignal(s) != before[s] for s in signums)  # later ones ignored
+    finally:
+        atexit.unregister(interrupts.ignored_until_exit)
+        interrupts._ending = None
+        for signum, handler in before.items():
+            signal.signal(signum, handler)

@@ -177,9 +177,11 @@ def ignored_until_exit(signums: tuple[signal.Signals, ...]) -> None:
 
 @contextmanager
 def one_ending() -> Iterator[Ending | None]:
-    """The run's ``Ending`` for the block; once a signal has stopped the run, its handler stays
-    (every later signal ignored) until the process exits, finalization included; else the
-    handlers before it return."""
+    """The run's ``Ending`` for the block. Once a signal has stopped the run (the block ends by
+    its exception), its handler stays (every later signal ignored) until the process exits,
+    finalization included. Otherwise the handlers before it return, also after a signal that
+    only skipped the work after the last epoch: the run completed, and a sweep's next jobs and
+    its report answer the next signal as usual."""
     global _ending
     if threading.current_thread() is not threading.main_thread():
         yield None  # signal handlers can only be set from the main thread
@@ -187,13 +189,17 @@ def one_ending() -> Iterator[Ending | None]:
     ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
     ending.install()  # first: the handlers sigterm_interrupts puts back when it ends
     _ending = ending
+    stopped = False
     try:
         yield ending
+    except BaseException:
+        stopped = ending.first is not None
+        raise
     finally:
         ending.armed = False
-        if ending.first is None:
+        if stopped:
+            atexit.register(ignored_until_exit, ending.signums)
+        else:
             _ending = None
             for signum, handler in ending.previous.items():
                 signal.signal(signum, handler)
-        else:
-            atexit.register(ignored_until_exit, ending.signums)
