@@ -221,6 +221,13 @@ NAMED = {
         "model/schedular is not a config group: did you mean model/scheduler?",
         ["model/scheduler"],
     ),
+    "add_a_key_already_there": (  # Hydra's own answer is a page: "Could not append to config"
+        "config",
+        ["+trainer.max_epochs=3"],
+        "trainer.max_epochs is already in the config, and + only adds a key: set it with "
+        "trainer.max_epochs=3 (or ++trainer.max_epochs=3, which adds or sets)",
+        [],
+    ),
     "hydra_key": (  # Hydra's own answer is a page: "Could not override", "Key 'dri' not in"
         "config",
         ["hydra.run.dri=/tmp/x"],
@@ -494,6 +501,7 @@ SUBPROCESS = {
     "eval_key": ("eval.py", ["ckpt_path=x.ckpt", "trainer.devics=1"], "mean trainer.devices?"),
     "delete": ("train.py", ["~model.net.widht"], "did you mean model.net.width?"),
     "hydra_key": ("train.py", ["hydra.run.dri=out"], "did you mean hydra.run.dir?"),
+    "add_existing": ("train.py", ["+model.net.width=8"], "set it with model.net.width=8"),
 }
 
 

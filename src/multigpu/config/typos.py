@@ -127,6 +127,12 @@ class Composition(Offer):
             return None  # Hydra's whole node, or a group an option adds (a sweeper's sampler)
         if self.is_group(name):
             return self.check_option(override)
+        if override.is_add() and name in self.keys:  # Hydra: "Could not append", a page
+            value = override.get_value_element_as_str()
+            return Typo(
+                f"{said}={value}: {name} is already in the config, and + only adds a key: "
+                f"set it with {name}={value} (or ++{name}={value}, which adds or sets)"
+            )
         if adding and in_trainer(name):  # +trainer.<name>: Lightning's Trainer must take it
             argument = name.split(".")[1]
             if argument in TRAINER_ARGUMENTS or override.is_force_add() and name in self.keys:
