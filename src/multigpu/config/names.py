@@ -21,11 +21,6 @@ CompileMode = Literal[
     "default", "lite", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune"
 ]
 NORMS: tuple[Norm, ...] = get_args(Norm)
-PIPELINES: tuple[Pipeline, ...] = get_args(Pipeline)
-LR_RULES: tuple[LrRule, ...] = get_args(LrRule)
-START_METHODS: tuple[StartMethod, ...] = get_args(StartMethod)
-SCHEDULER_INTERVALS: tuple[SchedulerInterval, ...] = get_args(SchedulerInterval)
-DECAYED: tuple[Decayed, ...] = get_args(Decayed)
 MATMUL_PRECISIONS: tuple[MatmulPrecision, ...] = get_args(MatmulPrecision)
 # trainer.precision: what runs on the CPU, and what needs CUDA (fp16 autocast, fp16 weights).
 CPU_PRECISIONS = ("32-true", "64-true", "bf16-mixed", "bf16-true")

@@ -2,7 +2,7 @@
 node, whose fields give each key's type, its default (the shipped one), the range it takes
 (``Field(ge=..., gt=..., le=..., lt=...)``, or a named rule) in the words an error says it with
 (``description``), and an example for the fix. The tools' command-line arguments have theirs in
-``multigpu.config.arguments``.
+``multigpu.tools.arguments``.
 
 The models are strict (a quoted ``'5'`` is not an integer, ``1`` is not ``true``): the values go
 to torch as they are, unconverted. Only the keys a node has are checked, so options of a group

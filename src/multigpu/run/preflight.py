@@ -205,8 +205,8 @@ class Preflight(Callback):
         check_creatable_folder(str(folder), "hydra.run.dir")
         try:
             cfg = with_output_dir(config, folder)
-            admission = admit(cfg, hydra_runtime(cfg)[0], Machine.this(False), folder,
-                              is_rank_zero())  # fmt: skip
+            choices = hydra_runtime(cfg)[0]
+            admission = admit(cfg, choices, Machine.this(False), folder, is_rank_zero())
             if admission.finished is not None:
                 raise finished_notice(folder, admission.finished)
             if is_rank_zero():
