@@ -94,7 +94,8 @@ def check_intact(checkpoint: Any, path: Path) -> None:
 def check_size(checkpoint: Any, path: Path) -> None:
     """Nesting depth and the number of values bounded, walked without recursion: a deep or
     self-containing structure is refused in one line before anything recursive (the digest,
-    Lightning) walks it; a sparse tensor too (train.py writes dense ones only)."""
+    Lightning) walks it; a sparse tensor too (train.py writes dense ones only), and a meta one
+    (no values: every check of them would raise)."""
     stack, seen = [(checkpoint, 0)], 0
     while stack:
         value, depth = stack.pop()
@@ -107,10 +108,11 @@ def check_size(checkpoint: Any, path: Path) -> None:
                 f"ckpt_path={path} is malformed: it {what} (a checkpoint of train.py nests 7 "
                 f"deep and holds a few hundred values); {EDITED}"
             )
-        if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+        if isinstance(value, torch.Tensor) and (value.layout != torch.strided or value.is_meta):
+            kind = "meta" if value.is_meta else value.layout
             raise UserError(
-                f"ckpt_path={path} is malformed: it holds a {value.layout} tensor (train.py "
-                f"writes dense ones); {EDITED}"
+                f"ckpt_path={path} is malformed: it holds a {kind} tensor (train.py "
+                f"writes dense ones, with their values); {EDITED}"
             )
         if isinstance(value, Mapping):
             stack.extend((item, depth + 1) for pair in value.items() for item in pair)
