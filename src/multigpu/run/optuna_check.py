@@ -395,8 +395,7 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     from hydra.utils import instantiate
 
     target = sampler.get("_target_")
-    if target == GRID:
-        check_not_grid(sampler)
+    check_not_grid(sampler)
     try:
         made = instantiate(sampler)
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
@@ -406,11 +405,10 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
             f"pick one of {SAMPLERS}"
         ) from None
     if isinstance(made, functools.partial) or not isinstance(made, optuna.samplers.BaseSampler):
-        why = "a grid is a basic sweep: drop hparams_search=optuna and list the values, e.g. "
-        why += "-m model.optimizer.lr=0.05,0.1" if isinstance(made, functools.partial) else ""
+        what = "made only in part (_partial_)" if isinstance(made, functools.partial) else None
         raise UserError(
             f"hydra.sweeper.sampler._target_={target}: not a sampler this sweeper runs "
-            f"({why or 'not an Optuna sampler'}); pick one of {SAMPLERS}"
+            f"({what or 'not an Optuna sampler'}); pick one of {SAMPLERS}"
         )
     return made
 
