@@ -55,6 +55,7 @@ def steps_of(out: Path) -> dict[str, dict]:
         return {}
 
 
+@pytest.mark.slow
 def test_a_killed_acceptance_keeps_the_steps_it_finished(tmp_path):
     """Killed (SIGKILL, as a lent machine's time limit does) once the first speedrun seed has
     finished: ``gpu.md`` holds that seed's figures and names the others unfinished."""

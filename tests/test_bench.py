@@ -33,7 +33,9 @@ CORE = ["plain_loop", "lightning_memory"]
 
 
 @pytest.mark.parametrize(
-    "only", [CORE, pytest.param(ONLY, marks=pytest.mark.slow)], ids=["core", "all"]
+    "only",
+    [pytest.param(CORE, marks=pytest.mark.slow), pytest.param(ONLY, marks=pytest.mark.slow)],
+    ids=["core", "all"],
 )
 def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root, only):
     out = tmp_path / "bench"

@@ -266,6 +266,7 @@ def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_torchrun_on_two_nodes_shares_a_fresh_data_folder(tmp_path):
     """Two torchrun agents on localhost, one process each: both nodes prepare the data in the
     same fresh folder at once, and the run has one folder (named by ``--rdzv-id``)."""

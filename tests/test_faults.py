@@ -86,7 +86,10 @@ def signal_when(cwd: Path, overrides: list[str], ready, signum: signal.Signals, 
 
 @pytest.mark.parametrize(
     "signum",
-    [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+    [
+        pytest.param(signal.SIGINT, marks=pytest.mark.slow),
+        pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
+    ],
     ids=["SIGINT", "SIGTERM"],
 )
 def test_signal_stops_the_run_and_resuming_matches_an_uninterrupted_run(
@@ -235,6 +238,7 @@ def test_ddp_process_failure_ends_the_run(probe, extra, tmp_path, data_root):
         assert record["reason"] in result.stderr  # the error line says the same
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_root):
     """Rank 0, the record's owner, SIGKILLed mid-epoch: rank 1 fails at its next collective,
@@ -266,7 +270,7 @@ def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_
 @pytest.mark.parametrize(
     "signum,where",
     [
-        (signal.SIGTERM, "figures"),
+        pytest.param(signal.SIGTERM, "figures", marks=pytest.mark.slow),
         pytest.param(signal.SIGINT, "figures", marks=pytest.mark.slow),
         pytest.param(signal.SIGINT, "train_end", marks=pytest.mark.slow),
     ],

@@ -300,7 +300,7 @@ def test_a_checkpoint_folder_in_another_runs_folder_is_refused_and_nothing_is_wr
     assert snapshot(other) == before
 
 
-@examples(40)
+@examples(20)
 @given(
     has_record=st.booleans(),
     run_inside=st.booleans(),

@@ -124,6 +124,7 @@ def test_without_a_progress_bar_no_loss_is_read(tmp_path):
     assert counted["steps"] == 10 and counted["syncs"] == 0, counted["where"]
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_prints_the_count_of_a_run(tmp_path):
     """What the GPU acceptance runs (there under CUDA's sync debug mode)."""

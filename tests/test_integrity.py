@@ -515,6 +515,7 @@ def owned_elsewhere(folder: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
+@pytest.mark.slow
 @EXAMPLES
 @given(
     st.lists(st.sampled_from(["last.ckpt", "previous.ckpt", "notes.txt"]), unique=True),
@@ -738,6 +739,7 @@ def test_two_runs_in_one_folder_at_once_the_second_is_refused(tmp_path):
     assert record["status"] == "interrupted"
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_sigterm_while_the_data_is_unpacked_is_recorded_and_leaves_no_partial_file(
     tmp_path, shared_data

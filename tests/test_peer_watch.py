@@ -9,6 +9,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from multigpu.strategies.peer_watch import PeerWatch
 
 
@@ -45,6 +47,7 @@ def test_a_watch_stood_down_kills_nothing():
     assert not watch.is_alive() and watch.failure is not None  # and this process lives on
 
 
+@pytest.mark.slow
 def test_a_stuck_rank_0_is_recorded_and_killed_after_the_grace(tmp_path):
     """In a process of its own: the watch ends it with SIGKILL, after recording why."""
     record = tmp_path / "reason.txt"

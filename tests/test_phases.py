@@ -123,7 +123,7 @@ SMALL = [*TINY, "data=synthetic", "data.num_train=512", "data.batch_size=64", "s
         pytest.param("single"),
         pytest.param("dp", marks=pytest.mark.slow),  # in-process, as scatter_allreduce below
         pytest.param("scatter_allreduce", marks=pytest.mark.slow),
-        pytest.param("ddp", marks=pytest.mark.distributed),
+        pytest.param("ddp", marks=[pytest.mark.distributed, pytest.mark.slow]),
     ],
 )
 def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
@@ -155,7 +155,10 @@ def test_phases_add_up_to_the_measured_epoch(tmp_path, name):
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "name",
-    ["scatter_allreduce", pytest.param("ddp", marks=[pytest.mark.distributed, pytest.mark.slow])],
+    [
+        pytest.param("scatter_allreduce", marks=pytest.mark.slow),
+        pytest.param("ddp", marks=[pytest.mark.distributed, pytest.mark.slow]),
+    ],
 )
 def test_timing_phases_changes_no_weight(tmp_path, name):
     overrides, _ = STRATEGIES[name]

@@ -77,7 +77,10 @@ SYNTHETIC = [  # batches of 32, 32 and 16, then 32 test images
 
 @pytest.mark.parametrize(
     "strategy,devices,calls",
-    [("scatter_allreduce", 3, {11, 10, 6, 5}), ("dp", 1, {32, 16})],
+    [
+        pytest.param("scatter_allreduce", 3, {11, 10, 6, 5}, marks=pytest.mark.slow),
+        ("dp", 1, {32, 16}),
+    ],
     ids=["scatter_allreduce", "dp"],
 )
 def test_compile_runs_every_replica_compiled(strategy, devices, calls, tmp_path):

@@ -102,7 +102,7 @@ def test_a_read_only_checkpoint_folder_is_refused_before_anything(can_mount, tmp
 
 @pytest.mark.parametrize(
     "free",
-    [200_000, pytest.param(0, marks=pytest.mark.slow)],
+    [pytest.param(200_000, marks=pytest.mark.slow), pytest.param(0, marks=pytest.mark.slow)],
     ids=["room_for_the_record", "no_room_at_all"],
 )
 def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):

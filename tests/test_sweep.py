@@ -284,6 +284,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
+@pytest.mark.slow
 def test_without_the_slurm_extra_only_choosing_its_launcher_is_refused(tmp_path):
     """No plug-in warning on every command; ``hydra/launcher=slurm`` is one line, exit 2,
     nothing written."""

@@ -85,6 +85,7 @@ def test_eval_of_the_latest_checkpoint_reports_the_runs_test_accuracy(finished_r
     assert "GPU available" not in result.stderr and "TPU available" not in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_eval_stopped_by_sigterm_says_so_and_prints_no_result(finished_run, data_root):
     """Stopped while it tests, eval.py exits 143 with one line and an empty stdout (a script

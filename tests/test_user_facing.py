@@ -284,7 +284,10 @@ def test_plots_use_whole_epochs_and_axes_from_zero():
 @pytest.mark.subprocess
 @pytest.mark.parametrize(
     "layout",
-    [["strategy=single"], pytest.param(["strategy=ddp", "trainer.devices=2"], marks=DISTRIBUTED)],
+    [
+        ["strategy=single"],
+        pytest.param(["strategy=ddp", "trainer.devices=2"], marks=[DISTRIBUTED, pytest.mark.slow]),
+    ],
 )
 def test_a_run_ends_with_its_summary_and_no_noise(tmp_path, layout):
     """As a user sees it in the terminal: the bar names epochs and the test set, the run ends

@@ -296,7 +296,7 @@ NEUTRAL = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpoi
 NEUTRAL |= {"enable_progress_bar": False, "enable_model_summary": False}
 
 
-@examples(40)
+@examples(20)
 @given(
     st.sampled_from(sorted(lightnings_numbers())),
     st.one_of(st.sampled_from(EDGE_INTS), st.integers(-3, 300), floats, st.booleans()),
