@@ -42,6 +42,7 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     BUILDS,
     MAX_SEED,
     MAX_WIDTH,
+    SET_BY_THE_RUN,
     Compile,
     Node,
     Top,
@@ -431,6 +432,11 @@ def check_keys(tree: Mapping[str, Any], choices: Mapping[str, str]) -> None:
     the keys it could have been, not by the constructor once torch has loaded."""
     if isinstance(tree["trainer"], Mapping):
         check_known("trainer", tree["trainer"], Trainer, "Lightning's Trainer")
+        for key in (k for k in SET_BY_THE_RUN if k in tree["trainer"]):
+            raise UserError(
+                f"trainer.{key} is set by the run from {SET_BY_THE_RUN[key]}: drop "
+                f"trainer.{key} and say it there"
+            )
     scheduler = select(tree, "model.scheduler")
     if scheduler is not None and not isinstance(scheduler, Mapping):
         raise UserError(

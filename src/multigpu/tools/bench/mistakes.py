@@ -153,6 +153,15 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.max_time=00:00:00:00"],
         "trainer.max_time=00:00:00:00 leaves no time to train: give a duration above 0",
     ),
+    "trainer_strategy_set_by_the_run": (
+        ["+trainer.strategy=ddp"],
+        "trainer.strategy is set by the run from the strategy group (strategy=ddp, dp, "
+        "scatter_allreduce, single or auto): drop trainer.strategy and say it there",
+    ),
+    "trainer_checkpointing_set_by_the_run": (
+        ["+trainer.enable_checkpointing=false"],
+        "trainer.enable_checkpointing is set by the run from callbacks.checkpoint",
+    ),
     "min_epochs_above_max_epochs": (
         ["+trainer.min_epochs=5", "trainer.max_epochs=2"],
         "trainer.min_epochs=5 is more than trainer.max_epochs=2: Lightning would stop at 2",
