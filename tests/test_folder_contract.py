@@ -496,3 +496,29 @@ def test_a_signal_that_only_skipped_the_work_after_the_last_epoch_hands_the_sign
         interrupts._ending = None
         for signum, handler in before.items():
             signal.signal(signum, handler)
+
+
+def test_a_signal_the_process_was_started_ignoring_stays_ignored():
+    """``nohup python train.py ... &`` ignores SIGHUP so that the run outlives its terminal: the
+    run had put its own handler in place, and a closed terminal ended it ``interrupted``."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import signal; from multigpu.config.launch import stop_signals; "
+        "print(sorted(s.name for s in stop_signals({})))"
+    )
+
+    def stops(ignored: bool) -> str:
+        hup = signal.SIG_IGN if ignored else signal.SIG_DFL
+        started = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            check=True,
+            preexec_fn=lambda: signal.signal(signal.SIGHUP, hup),
+        )
+        return started.stdout.strip()
+
+    assert stops(ignored=False) == "['SIGHUP', 'SIGTERM', 'SIGUSR1', 'SIGUSR2']"
+    assert stops(ignored=True) == "['SIGTERM', 'SIGUSR1', 'SIGUSR2']"
