@@ -187,15 +187,20 @@ def test_a_process_is_taken_as_one_of_a_run_only_where_a_launcher_started_it(giv
     launcher's own variables are there too, else refused in one line naming each of them."""
     environ = {**LAUNCHED_BY[launcher], **given_}
     by_hand = started_by_hand(environ, launcher)
+    no_number = [name for name in PROCESS_VARIABLES if not environ.get(name, "0").isdigit()]
     try:
         check_launched(environ)
     except UserError as refused:
         said = str(refused)
-        assert by_hand and "\n" not in said
+        assert "\n" not in said
+        if no_number:  # a rank no launcher sets, wherever it came from: named with its value
+            assert said.startswith(f"{no_number[0]}={environ[no_number[0]]!r} is not a process")
+            return
+        assert by_hand
         assert all(f"{name}={value}" in said for name, value in given_.items())
         assert said.endswith("or start the run with torchrun or srun")
         return
-    assert not by_hand
+    assert not by_hand and not no_number
 
 
 def test_every_process_of_a_cluster_run_names_its_folder_alike():
@@ -487,3 +492,14 @@ def test_the_compile_modes_are_torchs():
     from torch._inductor import list_mode_options
 
     assert set(typing.get_args(names.CompileMode)) == set(list_mode_options())
+
+
+def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):
+    """``RANK=abc python train.py`` had answered ``the config could not be checked (ValueError:
+    invalid literal for int() ...)``, naming neither the variable nor the fix."""
+    from multigpu.storage.record import is_rank_zero
+
+    with pytest.raises(UserError, match=r"^RANK='abc' is not a process number .*unset RANK"):
+        check_launched({"RANK": "abc", "TORCHELASTIC_RUN_ID": "x"})
+    monkeypatch.setenv("RANK", "abc")
+    assert is_rank_zero() is False  # read before the check: no traceback

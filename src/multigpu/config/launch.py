@@ -87,6 +87,11 @@ def check_launched(environ: Mapping[str, str]) -> None:
     believed: ``LOCAL_RANK=1`` trained alone as rank 1, which writes nothing, and exited 0
     without a record or a lock. Refused unless a launcher's other variables are there too."""
     given = [name for name in PROCESS_VARIABLES if name in environ]
+    for name in (n for n in given if not environ[n].strip().isdigit()):
+        raise UserError(
+            f"{name}={environ[name]!r} is not a process number (launchers set 0, 1, ...): "
+            f"unset {name}, or start the run with torchrun or srun"
+        )
     launcher = launcher_of(environ)
     shown = " ".join(f"{name}={environ[name]}" for name in given)
     if given and launcher is not None and not started_as_a_child(environ, launcher):

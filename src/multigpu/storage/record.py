@@ -47,8 +47,8 @@ def is_rank_zero() -> bool:
     as the launcher's environment says: torch-free, for the record written before training."""
     rank = getattr(rank_zero_only, "rank", None)
     if rank is None:
-        rank = next((int(os.environ[k]) for k in RANK_VARIABLES if k in os.environ), 0)
-    return rank == 0
+        rank = next((os.environ[k].strip() for k in RANK_VARIABLES if k in os.environ), "0")
+    return str(rank) == "0"  # a rank that is no number is refused by config.launch
 
 
 TIME_TO_TARGETS = (0.8, 0.85, 0.9, 0.92)
