@@ -497,9 +497,12 @@ def test_the_compile_modes_are_torchs():
 def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):
     """``RANK=abc python train.py`` had answered ``the config could not be checked (ValueError:
     invalid literal for int() ...)``, naming neither the variable nor the fix."""
-    from multigpu.storage.record import is_rank_zero
+    from multigpu.storage import record
 
     with pytest.raises(UserError, match=r"^RANK='abc' is not a process number .*unset RANK"):
         check_launched({"RANK": "abc", "TORCHELASTIC_RUN_ID": "x"})
+    monkeypatch.setattr(record.rank_zero_only, "rank", None, raising=False)  # Lightning unset
     monkeypatch.setenv("RANK", "abc")
-    assert is_rank_zero() is False  # read before the check: no traceback
+    assert record.is_rank_zero() is False  # read before the check: no traceback
+    monkeypatch.setenv("RANK", "0")
+    assert record.is_rank_zero() is True
