@@ -91,6 +91,7 @@ def skipped_on_signal(what: str) -> Iterator[None]:
         return
 
     def skip(signum: int, frame: object) -> None:
+        note_stop_signal(signum)  # the run's ending: a sweep stops after this job
         raise _Skip(signal.Signals(signum).name)
 
     previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, *stop_signals(os.environ))}

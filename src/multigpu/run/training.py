@@ -21,6 +21,7 @@ from omegaconf import DictConfig
 
 from multigpu.callbacks.interrupts import one_ending, sigterm_interrupts
 from multigpu.config.errors import (
+    Interrupted,
     NothingToDo,
     OccupiedFolder,
     UserError,
@@ -150,4 +151,12 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         except BaseException as error:
             finish(record, error)
             raise
-        return record.finish(COMPLETED)
+        completed = record.finish(COMPLETED)
+    stop = ending.first if ending is not None else None
+    if stop is not None and hydra_runtime(cfg)[1]:  # the job completed; the sweep was stopped
+        raise Interrupted(
+            f"interrupted by {stop.name} after the last epoch of {output_dir.name} (completed): "
+            "the sweep stops; its command run again runs the jobs left",
+            128 + stop,
+        )
+    return completed
