@@ -522,3 +522,25 @@ def test_a_signal_the_process_was_started_ignoring_stays_ignored():
 
     assert stops(ignored=False) == "['SIGHUP', 'SIGTERM', 'SIGUSR1', 'SIGUSR2']"
     assert stops(ignored=True) == "['SIGTERM', 'SIGUSR1', 'SIGUSR2']"
+
+
+def test_a_folder_another_run_wrote_in_after_admission_is_not_taken(tmp_path):
+    """A run admitted into a folder no one held yet takes its lock seconds later (after torch
+    has built its parts); a sweep's job is admitted when the sweep starts. Another run that
+    finished there in between had its record and checkpoint overwritten. Now the run, once it
+    owns its folders, finds them as admission read them, or is refused and leaves them."""
+    from conftest import compose_config
+
+    from multigpu.run.admission import check_unchanged
+    from multigpu.run.training import train
+
+    folder = tmp_path / "run"
+    cfg = compose_config([*SYNTHETIC, "trainer.max_epochs=1"], folder)
+    admission = admitted(cfg, folder)
+    check_unchanged(admission)  # nothing changed: taken
+    other = train(compose_config([*SYNTHETIC, "trainer.max_epochs=1", "seed=9"], folder))
+    assert other["status"] == COMPLETED.status
+    before = snapshot(folder)
+    with pytest.raises(OccupiedFolder, match=r"changed while this run was being checked"):
+        check_unchanged(admission)
+    assert snapshot(folder) == before

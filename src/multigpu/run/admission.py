@@ -69,6 +69,7 @@ class Admission:
     finished: dict[str, Any] | None = None  # the folder's finished record: nothing to run
     folders: dict[str, Path] = field(default_factory=dict)  # written_folders: the run owns them
     recorded: list[dict[str, Any]] = field(default_factory=list)  # the folder's record's history
+    marks: tuple = ()  # folder_marks when admission read the folders (``check_unchanged``)
 
     @property
     def ckpt_path(self) -> Path | None:
@@ -105,6 +106,7 @@ def admit(
             "pass ckpt_path=<file> or drop resume_changes"
         )
     folders = written_folders(cfg, output_dir)
+    marks = folder_marks(folders)  # before anything is read of them
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
         check_outside_other_runs(folders)
@@ -118,13 +120,39 @@ def admit(
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
         check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
-    fresh = Admission(run, settings, folders=folders)
+    fresh = Admission(run, settings, folders=folders, marks=marks)
     admission = starting_point(cfg, fresh, allowed, own, rank_zero)
     if rank_zero:  # what only Lightning refuses, once everything checked before torch passed
         from multigpu.run.lightning_arguments import check_trainer_arguments
 
         check_trainer_arguments(cfg)
     return admission
+
+
+def folder_marks(folders: dict[str, Path]) -> tuple:
+    """What another run would change in a run's folders: each one's record and last checkpoint,
+    by size and modification time (None where there is none)."""
+    marks = []
+    for folder in folders.values():
+        for name in (RECORD, LAST):
+            try:
+                found = (Path(folder) / name).stat()
+                marks.append((str(folder), name, found.st_size, found.st_mtime_ns))
+            except OSError:
+                marks.append((str(folder), name, None))
+    return tuple(marks)
+
+
+def check_unchanged(admission: Admission) -> None:
+    """Once the run owns its folders: they hold what admission read. Another run may have
+    written there between the two (admitted into a folder no one held yet, or a sweep's job
+    admitted when the sweep started), and what was decided from them no longer holds."""
+    if admission.folders and folder_marks(admission.folders) != admission.marks:
+        raise OccupiedFolder(
+            f"{admission.folders[RUN_FOLDER]} changed while this run was being checked (another "
+            "run wrote its record or checkpoint there): it is left as it is; run the command "
+            "again, or pass another hydra.run.dir"
+        )
 
 
 def starting_point(

@@ -25,7 +25,13 @@ from omegaconf.errors import OmegaConfBaseException
 from multigpu.config.errors import RunStopped, UserError, WriteFailed, message
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine, Run, plain
-from multigpu.run.admission import RUN_FOLDER, admit, finished_notice, written_folders
+from multigpu.run.admission import (
+    RUN_FOLDER,
+    admit,
+    check_unchanged,
+    finished_notice,
+    written_folders,
+)
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
 from multigpu.run.training import remember
@@ -212,6 +218,7 @@ class Preflight(Callback):
             if is_rank_zero():
                 check_run_objects(cfg, admission.run)  # what torch refuses only when built
                 acquire_all(admission.folders)  # held until this process ends
+                check_unchanged(admission)  # no run wrote there since admission read them
         except UserError as err:
             refuse(message(err), err.exit_code)
         remember(folder, admission)

@@ -30,7 +30,7 @@ from multigpu.config.errors import (
     message,
 )
 from multigpu.config.settings import Machine, Run, resolve_run
-from multigpu.run.admission import Admission, admit, finished_notice
+from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
 from multigpu.storage.outcome import COMPLETED, outcome_of
 from multigpu.storage.ownership import is_free, owning
@@ -138,6 +138,8 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if ending is not None:  # over sigterm_interrupts' own, which it puts back when it ends
             ending.install()
             ending.armed = True
+        if is_rank_zero():
+            check_unchanged(admission)  # a sweep's job was admitted when the sweep started
         record = start_record(output_dir, admission, cfg, started)
         try:
             carried = admission.resume.history if admission.resume else admission.history
