@@ -219,6 +219,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_batch_divides(batch_size, processes)
     check_data(data, model["net"], choices)
     check_whole_batches(data, batch_size, choices)
+    check_val_interval(trainer, data, batch_size // processes, processes)
     lr = scaled_lr(model, batch_size)
     check_optimizer(model["optimizer"])
     check_schedule(model, trainer, lr)
@@ -843,6 +844,31 @@ def check_whole_batches(data: Mapping[str, Any], batch: int, choices: Mapping[st
             f"data.drop_last=true with a global batch of {batch} leaves no training batch: "
             f"data={choices.get('data', '?')} trains on {images} images; use a smaller "
             "data.batch_size, or data.drop_last=false"
+        )
+
+
+def check_val_interval(
+    trainer: Mapping[str, Any], data: Mapping[str, Any], process_batch: int, processes: int
+) -> None:
+    """``+trainer.val_check_interval=<batches>`` within an epoch's batches, as Lightning requires
+    once the data is loaded (a traceback after the run's folder was made): refused where it is
+    above every batch count the epoch can have (each process's share of the training images,
+    after ``limit_train_batches``)."""
+    interval, sizes = trainer.get("val_check_interval"), data_sizes(data)
+    if not is_count(interval) or sizes is None or trainer.get("check_val_every_n_epoch", 1) is None:
+        return
+    if trainer.get("limit_val_batches", 1.0) == 0:
+        return
+    subset, val_size = data.get("train_subset"), data.get("val_size") or 0
+    images = (min(subset, sizes[0]) if subset is not None else sizes[0]) - val_size
+    share = -(-images // processes)
+    batches = share // process_batch if data.get("drop_last") else -(-share // process_batch)
+    limit = trainer.get("limit_train_batches", 1.0)
+    batches = min(batches, limit) if is_count(limit) else int(batches * limit)
+    if interval > batches:
+        raise UserError(
+            f"trainer.val_check_interval={interval} is more than the {batches} training batches "
+            f"of an epoch: use at most {batches}, a fraction of the epoch (e.g. 0.5), or drop it"
         )
 
 

@@ -162,6 +162,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.enable_checkpointing=false"],
         "trainer.enable_checkpointing is set by the run from callbacks.checkpoint",
     ),
+    "val_check_interval_beyond_the_epoch": (  # 60,000 images in batches of 256: 235
+        ["+trainer.val_check_interval=1000"],
+        "trainer.val_check_interval=1000 is more than the 235 training batches of an epoch",
+    ),
     "min_epochs_above_max_epochs": (
         ["+trainer.min_epochs=5", "trainer.max_epochs=2"],
         "trainer.min_epochs=5 is more than trainer.max_epochs=2: Lightning would stop at 2",
