@@ -632,6 +632,7 @@ def runs(tmp_path: Path) -> list[Path]:
     return sorted(p.parent for p in (tmp_path / "outputs").rglob("metrics.json"))
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_sweep_resuming_latest_is_refused_whole_when_a_job_has_no_checkpoint_of_its_own(
     tmp_path,

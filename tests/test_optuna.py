@@ -245,6 +245,7 @@ def test_a_sqlite_file_is_tried_on_a_copy(tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
 
 
+@pytest.mark.slow
 def test_a_refused_storage_writes_nothing_from_the_command_line(tmp_path):
     """The tester's case: a sqlite URL Optuna could not use left an empty sweep folder and a
     .db file behind. Here the URL's folder does not exist (refused wherever the storage works;

@@ -69,6 +69,7 @@ def built_refusals(draw) -> tuple[list[str], str, str]:
     return [f"{key}={good},{bad}"], f"{key}={bad}", f"{builder} refuses it"
 
 
+@pytest.mark.slow
 @examples(8)
 @given(refused=built_refusals())
 def test_a_sweep_with_a_job_its_builders_refuse_is_refused_whole(refused, tmp_path_factory, capsys):
