@@ -544,3 +544,26 @@ def test_a_folder_another_run_wrote_in_after_admission_is_not_taken(tmp_path):
     with pytest.raises(OccupiedFolder, match=r"changed while this run was being checked"):
         check_unchanged(admission)
     assert snapshot(folder) == before
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_sigterm_as_the_run_folder_appears_leaves_a_record_the_command_continues(tmp_path):
+    """A SIGTERM 20-100 ms after Hydra made the run's folder (before ``train`` set its
+    handlers) had ended the run with exit 143, no line and no ``metrics.json``. Wherever it
+    lands now, the folder holds an ``interrupted`` record of the run's settings, the error is
+    one line, and the same command continues the folder."""
+    folder = tmp_path / "run"
+    run = start_script(
+        "train.py", *SYNTHETIC, "trainer.max_epochs=30", f"hydra.run.dir={folder}", cwd=tmp_path
+    )
+    wait_for(folder.is_dir, seconds=120)
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode == 143, stderr[-3000:]
+    assert one_line(stderr).startswith("error: interrupted by SIGTERM")
+    record = record_of(folder)
+    assert record["status"] == "interrupted" and record["settings"]
+    again = tiny_run(tmp_path, f"hydra.run.dir={folder}", "trainer.max_epochs=1")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert record_of(folder)["status"] == COMPLETED.status

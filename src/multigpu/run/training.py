@@ -11,7 +11,12 @@ A run ends for the *first* signal that stops it (``multigpu.callbacks.interrupts
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import signal
+import sys
+import threading
 import time
 from contextlib import nullcontext
 from pathlib import Path
@@ -29,13 +34,21 @@ from multigpu.config.errors import (
     add_note,
     message,
 )
+from multigpu.config.launch import stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.storage.outcome import COMPLETED, outcome_of
+from multigpu.storage.atomic import write_json
+from multigpu.storage.outcome import COMPLETED, Outcome, outcome_of
 from multigpu.storage.ownership import is_free, owning
 from multigpu.storage.paths import canonical
-from multigpu.storage.record import TIME_TO_TARGETS, RunRecord, is_rank_zero, record_ending
+from multigpu.storage.record import (
+    TIME_TO_TARGETS,
+    RunRecord,
+    is_rank_zero,
+    record_ending,
+    summarize,
+)
 
 log = logging.getLogger(__name__)
 _admitted: dict[Path, Admission] = {}  # decided before Hydra made the folder (preflight.Preflight)
@@ -54,8 +67,34 @@ def admit_run(cfg: DictConfig, output_dir: Path) -> Admission:
 
 
 def remember(output_dir: Path, admission: Admission) -> None:
-    """Keep what was decided before Hydra created the folder, for ``train`` to use once."""
+    """Keep what was decided before Hydra created the folder, for ``train`` to use once; until
+    ``train`` takes it, a stop signal records the run's ending (``ended_before_training``)."""
     _admitted[canonical(output_dir)] = admission
+    if is_rank_zero() and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, *stop_signals(os.environ)):
+            signal.signal(signum, functools.partial(ended_before_training, output_dir))
+
+
+def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
+    """A stop signal while Hydra makes the run's folder and sets up its job, before ``train``
+    installs its own handlers: the run had ended with no record (SIGTERM silently). Recorded
+    ``interrupted`` in the folder if Hydra made it, then one line and 128 + the signal's
+    number. Once ``train`` has taken its admission, the signal does what it did before."""
+    name = signal.Signals(signum).name
+    if canonical(output_dir) not in _admitted:  # train ran: this handler is only put back
+        default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+        signal.signal(signum, default)
+        signal.raise_signal(signum)
+        return
+    reason = f"interrupted by {name} before training started; run the command again"
+    record, admission = output_dir / "metrics.json", _admitted[canonical(output_dir)]
+    if output_dir.is_dir() and not record.exists():  # the run's settings: the command continues
+        started = summarize([], admission.run.record(), settings=admission.settings)
+        write_json(record, {**started, "status": "interrupted", "reason": reason})
+    elif output_dir.is_dir():
+        record_ending(record, Outcome("interrupted", reason, 128 + signum))
+    print(f"error: {reason}", file=sys.stderr, flush=True)
+    os._exit(128 + signum)  # Hydra's job set-up is not ours to unwind
 
 
 def finish(record: RunRecord, error: BaseException) -> None:
@@ -116,7 +155,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     started = time.monotonic()  # before the data is touched: the clock of time to accuracy
     output_dir = Path(cfg.paths.output_dir)
     try:
-        admission = _admitted.pop(canonical(output_dir), None) or admit_run(cfg, output_dir)
+        admission = _admitted.get(canonical(output_dir)) or admit_run(cfg, output_dir)
     except UserError as error:
         if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
             record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
@@ -138,6 +177,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         if ending is not None:  # over sigterm_interrupts' own, which it puts back when it ends
             ending.install()
             ending.armed = True
+        _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer from here
         if is_rank_zero():
             check_unchanged(admission)  # a sweep's job was admitted when the sweep started
         record = start_record(output_dir, admission, cfg, started)
