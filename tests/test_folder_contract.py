@@ -567,3 +567,18 @@ def test_sigterm_as_the_run_folder_appears_leaves_a_record_the_command_continues
     again = tiny_run(tmp_path, f"hydra.run.dir={folder}", "trainer.max_epochs=1")
     assert again.returncode == 0, again.stderr[-3000:]
     assert record_of(folder)["status"] == COMPLETED.status
+
+
+@pytest.mark.subprocess
+def test_a_tilde_in_the_sweep_folder_is_one_line_for_the_whole_sweep(tmp_path):
+    """It had been refused once per job, the same reason repeated inside the sweep's line."""
+    from conftest import run_script
+
+    result = run_script(
+        "train.py", "-m", *SYNTHETIC, 'hydra.sweep.dir="~/never"', "seed=1,2,3", cwd=tmp_path
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = one_line(result.stderr)
+    assert line.startswith("error: hydra.sweep.dir=~/never starts with ~")
+    assert line.count("starts with ~") == 1
+    assert list(tmp_path.iterdir()) == [] and not Path("~/never").expanduser().exists()

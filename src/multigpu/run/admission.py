@@ -216,13 +216,14 @@ def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -
         )
 
 
-def check_hydra_folder(cfg: DictConfig, output_dir: str | Path) -> None:
+def check_hydra_folder(cfg: DictConfig, output_dir: str | Path | None) -> None:
     """The run's folder (a sweep's, for a job of one) as Hydra makes it: before any of the
     project's code runs, as spelt. A ``~`` at its start would make a folder named ``~`` in the
     working folder, while every check, lock and write of the project reads the folder as
-    ``$HOME``'s (``canonical``): refused, naming the setting that spelt it."""
+    ``$HOME``'s (``canonical``): refused, naming the setting that spelt it. A sweep checks its
+    folder once, as it starts (``output_dir`` None)."""
     hydra = cfg.get("hydra") if isinstance(cfg, DictConfig) else None
-    spelt: list[tuple[str, str]] = [("hydra.run.dir", str(output_dir))]
+    spelt = [] if output_dir is None else [("hydra.run.dir", str(output_dir))]
     if hydra is not None and hydra.get("mode") is not None and str(hydra.mode).endswith("MULTIRUN"):
         spelt.append(("hydra.sweep.dir", str(hydra.sweep.dir)))
     runs_dir = str((cfg.get("paths") or {}).get("runs_dir", ""))

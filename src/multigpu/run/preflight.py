@@ -28,6 +28,7 @@ from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
     admit,
+    check_hydra_folder,
     check_unchanged,
     finished_notice,
     written_folders,
@@ -226,6 +227,10 @@ class Preflight(Callback):
     @guarded
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         check_launcher(config)
+        try:  # once, not in each job's line
+            check_hydra_folder(config, None)
+        except UserError as err:
+            refuse(message(err), err.exit_code)
         check_creatable_folder(config.hydra.sweep.dir, "hydra.sweep.dir")
         check_sweep(config)
         try:  # one sweep at a time in a sweep folder
