@@ -444,12 +444,13 @@ def optuna_reading(entries: list[str]) -> tuple:
     """What Hydra's Optuna sweeper makes of the entries (its own function, with Optuna)."""
     from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
-    from multigpu.run.optuna_check import ends, first_line
+    from multigpu.run.optuna_check import ends
+    from multigpu.storage.outcome import summary_line
 
     try:
         space, fixed = create_params_from_overrides(entries)
     except Exception as err:  # noqa: BLE001
-        return ("refused", first_line(err))
+        return ("refused", summary_line(err))
     return ("read", {k: ends(d) for k, d in space.items() if k not in fixed}, fixed)
 
 

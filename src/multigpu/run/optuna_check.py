@@ -27,6 +27,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from multigpu.config.errors import UserError
 from multigpu.run.objective import DIRECTION, OBJECTIVE
+from multigpu.storage.outcome import summary_line
 
 HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 OPTUNA_TRIALS = "hydra_plugins.multigpu_sweeper.optuna_trials.OptunaTrials"
@@ -181,7 +182,7 @@ def database_storage_failure() -> str | None:
         storage = optuna.storages.RDBStorage(f"sqlite:///{folder}/probe.db")
         storage.engine.dispose()
     except Exception as err:  # noqa: BLE001 - whatever it is, the study would fail on it
-        return one_line(err)
+        return summary_line(err)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return None
@@ -213,7 +214,7 @@ def check_sqlite_file(storage: Any, database: str | None) -> None:
     except Exception as err:  # noqa: BLE001 - a file that is not a study's database
         raise UserError(
             f"hydra.sweeper.storage={storage}: {path.resolve()} cannot be opened as an Optuna "
-            f"database ({one_line(err)}); pass another file, or null for a study in memory"
+            f"database ({summary_line(err)}); pass another file, or null for a study in memory"
         ) from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -228,7 +229,7 @@ def check_server(storage: Any, url: Any) -> None:
         engine = sqlalchemy.create_engine(url)
     except Exception as err:  # noqa: BLE001 - its driver, most often
         raise UserError(
-            f"hydra.sweeper.storage={storage}: {one_line(err)}; install the database's "
+            f"hydra.sweeper.storage={storage}: {summary_line(err)}; install the database's "
             "driver, or pass hydra.sweeper.storage=null for a study in memory"
         ) from None
     try:
@@ -237,7 +238,7 @@ def check_server(storage: Any, url: Any) -> None:
     except Exception as err:  # noqa: BLE001 - a server that cannot be reached
         raise UserError(
             f"hydra.sweeper.storage={storage}: the database cannot be reached "
-            f"({one_line(err)}); pass one this machine can reach, or null for a study in memory"
+            f"({summary_line(err)}); pass one this machine can reach, or null for a study in memory"
         ) from None
     finally:
         engine.dispose()
@@ -254,7 +255,7 @@ def search_space(sweeper: Any, settings: DictConfig, arguments: list[str]) -> tu
         return sweeper.searched(arguments)
     except Exception as err:  # noqa: BLE001 - whatever the sweeper would fail on mid-study
         raise UserError(
-            f"{unusable(settings, arguments)}: {first_line(err)}; {SPACE_FIX}"
+            f"{unusable(settings, arguments)}: {summary_line(err)}; {SPACE_FIX}"
         ) from None
 
 
@@ -288,7 +289,7 @@ def plain_search_space(
             else:
                 fixed[key] = override.get_value_element_as_str()
         except Exception as err:  # noqa: BLE001 - as the sweeper would fail mid-study
-            raise UserError(f"{where}{entry}: {first_line(err)}; {SPACE_FIX}") from None
+            raise UserError(f"{where}{entry}: {summary_line(err)}; {SPACE_FIX}") from None
     return {k: v for k, v in space.items() if k not in fixed}, fixed
 
 
@@ -384,7 +385,7 @@ def made_sweeper(settings: DictConfig, sampler: dict[str, Any] | None = None) ->
     except Exception as err:  # noqa: BLE001 - a custom_search_space that cannot be found
         raise UserError(
             f"hydra.sweeper.custom_search_space={settings.get('custom_search_space')}: "
-            f"{first_line(err)}; name a function (config, trial) that can be imported"
+            f"{summary_line(err)}; name a function (config, trial) that can be imported"
         ) from None
 
 
@@ -401,7 +402,7 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
         raise UserError(
             f"hydra.sweeper.sampler._target_={target}: cannot be made "
-            f"({one_line(err.__cause__ or err)}); "
+            f"({summary_line(err.__cause__ or err)}); "
             f"pick one of {SAMPLERS}"
         ) from None
     if isinstance(made, functools.partial) or not isinstance(made, optuna.samplers.BaseSampler):
@@ -445,12 +446,3 @@ def ends(distribution: Any) -> list[Any]:
     choice, or both ends."""
     choices = getattr(distribution, "choices", None)
     return list(choices) if choices is not None else [distribution.low, distribution.high]
-
-
-def first_line(err: BaseException) -> str:
-    text = " ".join(str(err).strip().split("\n")[0].split()).rstrip(".")
-    return text or type(err).__name__
-
-
-def one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())[:300] or type(err).__name__

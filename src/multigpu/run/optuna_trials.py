@@ -30,6 +30,7 @@ from typing_extensions import override  # noqa: E402
 
 from multigpu.config.errors import UserError  # noqa: E402
 from multigpu.run.objective import JobEnding, returned_ending  # noqa: E402
+from multigpu.storage.outcome import summary_line  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -85,11 +86,10 @@ class OptunaTrials(OptunaSweeperImpl):
                 load_if_exists=True,
             )
         except Exception as err:  # noqa: BLE001 - a database that cannot be reached, say
-            reason = " ".join(str(err).split())[:300] or type(err).__name__
             print(
                 f"error: hydra.sweeper.storage={self.storage}: the study could not be opened "
-                f"({reason}); pass a database this machine can reach, or null for a study in "
-                "memory",
+                f"({summary_line(err)}); pass a database this machine can reach, or null for a "
+                "study in memory",
                 file=sys.stderr,
                 flush=True,
             )
