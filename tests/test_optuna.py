@@ -413,6 +413,24 @@ def test_a_refused_study_writes_nothing_from_the_command_line(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_exception_and_a_text_are_summarised_by_one_rule():
+    """``summary_line`` gives the line an error is told in: an exception's first line goes
+    inside a sentence of ours (no full stop; its type's name when it says nothing), a text's
+    stays as it was (a run's reason)."""
+    from multigpu.storage.outcome import summary_line
+
+    database = "(sqlite3.OperationalError) unable to open database file\n(Background on ...)"
+    assert summary_line(RuntimeError(database)) == database.splitlines()[0]
+    assert summary_line(ValueError("The `low` value must be <= high (low=1, high=0).")) == (
+        "The `low` value must be <= high (low=1, high=0)"
+    )
+    assert summary_line(AssertionError()) == "AssertionError"
+    traceback = "Traceback (most recent call last):\n  File x\nKeyError: 'lr'"
+    assert summary_line(RuntimeError(traceback)) == "KeyError: 'lr'"
+    assert summary_line("diverged at step 3.\nmore") == "diverged at step 3."
+    assert summary_line("") == ""
+
+
 # --- the search space read without Optuna, as Optuna reads it --------------------------------
 
 BOUND = st.one_of(
