@@ -279,6 +279,123 @@ def test_a_sqlite_study_runs_and_runs_on_from_its_file(tmp_path):
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
 
 
+def held_study(folder: Path, space: dict[str, str], direction: str = "maximize") -> list[str]:
+    """The settings of a sweep going on with the study ``kept`` in a SQLite file in
+    ``folder``, which holds one completed trial drawn from ``space`` as the sweeper draws."""
+    import optuna
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+
+    from multigpu.run.optuna_check import database_storage_failure
+
+    if database_storage_failure() is not None:
+        pytest.skip("Optuna's database storage does not work here (pyproject pins sqlalchemy<2)")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    url = f"sqlite:///{folder}/optuna.db"
+    distributions, _ = create_params_from_overrides([f"{k}={v}" for k, v in space.items()])
+    study = optuna.create_study(study_name="kept", storage=url, direction=direction)
+    study.tell(study.ask(distributions), 0.5)
+    return [f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=kept"]
+
+
+HELD = {"model.optimizer.lr": "tag(log, interval(0.01, 0.5))", "data.batch_size": "choice(16, 32)"}
+# What Optuna refuses of a study the database holds (before: a traceback as the first trial
+# was drawn, an empty sweep folder, and that trial left RUNNING in the database).
+HELD_REFUSED = {
+    "other_choices": (
+        [params({"data.batch_size": "choice(16, 64)"})],
+        "its study kept searched data.batch_size as choice(16, 32) (this sweep: choice(16, 64))",
+    ),
+    "range_of_another_kind": (
+        ["model.optimizer.lr=interval(0.01,0.5)"],
+        "model.optimizer.lr as tag(log, interval(0.01, 0.5)) (this sweep: interval(0.01, 0.5))",
+    ),
+    "choices_made_a_range": (
+        ["data.batch_size=range(16,64,16)"],
+        "data.batch_size as choice(16, 32) (this sweep: range(16, 64, 16))",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HELD_REFUSED))
+def test_a_held_study_of_another_search_space_is_refused_naming_the_key(
+    case, tmp_path, tmp_path_factory, capsys
+):
+    folder = tmp_path_factory.mktemp("db")
+    storage = held_study(folder, HELD)
+    before = (folder / "optuna.db").read_bytes()
+    overrides, named = HELD_REFUSED[case]
+    line = refused([*storage, *overrides], tmp_path, capsys)
+    assert line.startswith(f"error: {storage[0]}: its study kept searched ")
+    assert named in line
+    assert "pass a new hydra.sweeper.study_name (e.g. hydra.sweeper.study_name=kept_2)" in line
+    assert (folder / "optuna.db").read_bytes() == before
+    assert [p.name for p in folder.iterdir()] == ["optuna.db"]
+
+
+def test_a_held_study_made_to_minimize_is_refused(tmp_path, tmp_path_factory, capsys):
+    storage = held_study(tmp_path_factory.mktemp("db"), HELD, direction="minimize")
+    line = refused(storage, tmp_path, capsys)
+    assert "its study kept was made to minimize, and this sweep's trials maximize" in line
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],  # the same search space
+        ["model.optimizer.lr=tag(log,interval(0.001,0.01))"],  # another range, of its kind
+        ["++" + params({"model.optimizer.momentum": "interval(0.5, 0.9)"})],  # a key more
+        [params({"data.batch_size": "choice(16, 64)"}), "hydra.sweeper.study_name=other"],
+    ],
+)
+def test_a_held_study_goes_on_with_what_optuna_takes(overrides, tmp_path, tmp_path_factory):
+    """Optuna takes another range of a key's kind, and keys the study never searched."""
+    storage = held_study(tmp_path_factory.mktemp("db"), HELD)
+    assert checked([*storage, *overrides], tmp_path) == 0
+
+
+def test_a_server_holding_the_study_is_read_without_being_written(tmp_path):
+    """A server's database is read through Optuna where it holds Optuna's tables (here a
+    SQLite file, reached as a server is); one without them holds no study to go on with."""
+    import functools
+
+    from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+    from sqlalchemy.engine.url import make_url
+
+    from multigpu.run.optuna_check import check_held_study, check_server
+
+    url = held_study(tmp_path, HELD)[0].split("=", 1)[1]
+    before = (tmp_path / "optuna.db").read_bytes()
+    space, _ = create_params_from_overrides(["data.batch_size=choice(16,64)"])
+    held = functools.partial(check_held_study, url, "kept", space)
+    with pytest.raises(UserError, match=r"searched data.batch_size as choice\(16, 32\)"):
+        check_server(url, make_url(url), held)
+    assert (tmp_path / "optuna.db").read_bytes() == before
+    empty = f"sqlite:///{tmp_path}/empty.db"
+    check_server(empty, make_url(empty), held)
+    assert (tmp_path / "empty.db").stat().st_size == 0  # no table made
+
+
+@pytest.mark.slow
+def test_a_held_study_of_other_choices_from_the_command_line(tmp_path):
+    """The tester's case, run twice: the second sweep's choices differ from the study's."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = [f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=kept"]
+    study += ["hydra.sweeper.n_trials=1"]
+    sweep = f"hydra.sweep.dir={tmp_path / 'first'}"
+    first = run_script("train.py", "-m", *STUDY, *study, sweep, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    other = [params({"data.batch_size": "choice(16, 64)"}), f"hydra.sweep.dir={tmp_path / 'two'}"]
+    second = run_script("train.py", "-m", *STUDY, *study, *other, cwd=tmp_path)
+    assert second.returncode == 2
+    (line,) = second.stderr.strip().splitlines()
+    assert line.startswith(f"error: hydra.sweeper.storage={url}: its study kept searched ")
+    assert not (tmp_path / "two").exists()
+    trials = optuna.load_study(study_name="kept", storage=url).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"]
+
+
 def test_hydras_own_optuna_sweeper_is_refused_for_the_projects(tmp_path, capsys):
     line = refused(["hydra.sweeper._target_=" + HYDRA_OPTUNA], tmp_path, capsys)
     assert "use hparams_search=optuna" in line

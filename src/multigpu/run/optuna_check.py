@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ SQLALCHEMY_FOR_OPTUNA_2 = "pip install 'sqlalchemy<2' 'alembic<1.14'"
 EXAMPLE_SPACE = (
     "model.optimizer.lr: tag(log, interval(0.01, 0.5)), data.batch_size: choice(64, 128)"
 )
+HeldCheck = Callable[[Any], None]  # given Optuna's storage of a database, as opened
 
 
 def is_optuna(config: DictConfig) -> bool:
@@ -80,13 +82,15 @@ def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:
 def check_study(config: DictConfig) -> None:
     """What only Optuna can say, once every job passed the checks before it: the sampler as
     the sweeper will make it (seeded by the run's ``seed``), the search space as the sweeper
-    reads it, and the storage. Imports Optuna."""
+    reads it, the storage, and the study the storage already holds under the study's name.
+    Imports Optuna."""
     from multigpu.run.optuna_trials import sampler_settings
 
     settings = config.hydra.sweeper
     sweeper = made_sweeper(settings, sampler_settings(config))
-    search_space(sweeper, settings, list(config.hydra.overrides.task))
-    check_storage(settings.storage)
+    space, _ = search_space(sweeper, settings, list(config.hydra.overrides.task))
+    held = functools.partial(check_held_study, settings.storage, settings.study_name, space)
+    check_storage(settings.storage, held)
 
 
 def check_not_grid(sampler: DictConfig) -> None:
@@ -129,11 +133,12 @@ def check_direction(direction: Any) -> None:
         )
 
 
-def check_storage(storage: Any) -> None:
+def check_storage(storage: Any, held: HeldCheck | None = None) -> None:
     """None (in memory), or a database URL that Optuna's database storage can use here,
     tried without writing the user's database: on a database of its own in a temporary
     folder (Optuna 2 cannot record its schema under SQLAlchemy 2), then a SQLite file as a
-    copy of it, or a server by connecting."""
+    copy of it, or a server by connecting. ``held`` is then given the database as Optuna
+    opens it (the copy, or the server's), where it holds studies."""
     if storage is None:
         return
     quiet_alembic()
@@ -160,9 +165,9 @@ def check_storage(storage: Any) -> None:
             "hydra.sweeper.storage=null for a study in memory"
         )
     if url.get_backend_name() == "sqlite":
-        check_sqlite_file(storage, url.database)
+        check_sqlite_file(storage, url.database, held)
     else:
-        check_server(storage, url)
+        check_server(storage, url, held)
 
 
 def major(version: str) -> int:
@@ -188,9 +193,10 @@ def database_storage_failure() -> str | None:
     return None
 
 
-def check_sqlite_file(storage: Any, database: str | None) -> None:
+def check_sqlite_file(storage: Any, database: str | None, held: HeldCheck | None = None) -> None:
     """A SQLite database file: one that exists must open as an Optuna study's (tried on a
-    copy), one to be made needs a writable folder; in memory (no file) it is always there."""
+    copy, which ``held`` then reads), one to be made needs a writable folder; in memory (no
+    file) it is always there, and empty."""
     import optuna
 
     if not database or database == ":memory:" or database.startswith("file:"):
@@ -209,20 +215,26 @@ def check_sqlite_file(storage: Any, database: str | None) -> None:
     try:
         copy = Path(folder) / "study.db"
         shutil.copyfile(path, copy)
-        opened = optuna.storages.RDBStorage(f"sqlite:///{copy}")
-        opened.engine.dispose()
-    except Exception as err:  # noqa: BLE001 - a file that is not a study's database
-        raise UserError(
-            f"hydra.sweeper.storage={storage}: {path.resolve()} cannot be opened as an Optuna "
-            f"database ({summary_line(err)}); pass another file, or null for a study in memory"
-        ) from None
+        try:
+            opened = optuna.storages.RDBStorage(f"sqlite:///{copy}")
+        except Exception as err:  # noqa: BLE001 - a file that is not a study's database
+            raise UserError(
+                f"hydra.sweeper.storage={storage}: {path.resolve()} cannot be opened as an "
+                f"Optuna database ({summary_line(err)}); pass another file, or null for a "
+                "study in memory"
+            ) from None
+        try:
+            if held is not None:
+                held(opened)
+        finally:
+            opened.engine.dispose()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def check_server(storage: Any, url: Any) -> None:
+def check_server(storage: Any, url: Any, held: HeldCheck | None = None) -> None:
     """A database server's URL: its driver installed, and the server reached (connecting
-    writes nothing)."""
+    writes nothing); where it holds Optuna's tables, ``held`` reads them."""
     import sqlalchemy
 
     try:
@@ -235,13 +247,110 @@ def check_server(storage: Any, url: Any) -> None:
     try:
         with engine.connect():
             pass
+        has_studies = held is not None and sqlalchemy.inspect(engine).has_table("studies")
     except Exception as err:  # noqa: BLE001 - a server that cannot be reached
         raise UserError(
             f"hydra.sweeper.storage={storage}: the database cannot be reached "
-            f"({summary_line(err)}); pass one this machine can reach, or null for a study in memory"
+            f"({summary_line(err)}); pass one this machine can reach, or null for a study in "
+            "memory"
         ) from None
     finally:
         engine.dispose()
+    if has_studies:
+        check_server_studies(storage, held)
+
+
+def check_server_studies(storage: Any, held: HeldCheck) -> None:
+    """``held`` on a server's database that holds Optuna's tables: Optuna opens it as it
+    is (its schema made, its version recorded), so opening it writes nothing."""
+    import optuna
+
+    try:
+        opened = optuna.storages.RDBStorage(str(storage))
+    except Exception as err:  # noqa: BLE001 - tables of another Optuna's schema, say
+        raise UserError(
+            f"hydra.sweeper.storage={storage}: cannot be opened as an Optuna database "
+            f"({summary_line(err)}); pass another database, or null for a study in memory"
+        ) from None
+    try:
+        held(opened)
+    finally:
+        opened.engine.dispose()
+
+
+def check_held_study(storage: Any, study_name: Any, space: dict[str, Any], opened: Any) -> None:
+    """The study the database already holds under ``study_name``, which the sweep goes on
+    with: Optuna refuses a trial that draws a key from a distribution of another kind than
+    the study's earlier trials did (an interval where it was a log interval or a choice) or
+    from other choices (``check_distribution_compatibility``), and a study made to
+    minimize. It did so as the sweep's first trial was drawn: a traceback, a sweep folder
+    left empty and a trial left RUNNING in the database. Other ranges, and other keys, it
+    takes."""
+    import optuna
+
+    try:
+        study_id = opened.get_study_id_from_name(str(study_name))
+    except KeyError:  # no such study yet: the sweep makes it
+        return
+    study = f"hydra.sweeper.storage={storage}: its study {study_name}"
+    directions = [d.name.lower() for d in opened.get_study_directions(study_id)]
+    if directions and directions[0] != "not_set" and directions != [DIRECTION]:
+        raise UserError(
+            f"{study} was made to {','.join(directions)}, and this sweep's trials {DIRECTION} "
+            f"their {OBJECTIVE}; pass a new hydra.sweeper.study_name (e.g. "
+            f"hydra.sweeper.study_name={study_name}_{DIRECTION})"
+        )
+    held = held_distributions(opened.get_all_trials(study_id, deepcopy=False))
+    changed = []
+    for key, distribution in space.items():
+        try:
+            if key in held:
+                optuna.distributions.check_distribution_compatibility(held[key], distribution)
+        except ValueError:
+            changed.append(
+                f"{key} as {hydra_form(held[key])} (this sweep: {hydra_form(distribution)})"
+            )
+    if changed:
+        raise UserError(
+            f"{study} searched {', '.join(changed)}; Optuna cannot change a key's choices, "
+            "or the kind of its range, within one study: pass a new hydra.sweeper.study_name "
+            f"(e.g. hydra.sweeper.study_name={study_name}_2), or search these keys as the "
+            "study did"
+        )
+
+
+def held_distributions(trials: list[Any]) -> dict[str, Any]:
+    """The distribution each key was drawn from by the study's trials (all alike: Optuna
+    checked each against the first)."""
+    held: dict[str, Any] = {}
+    for trial in trials:
+        for key, distribution in trial.distributions.items():
+            held.setdefault(key, distribution)
+    return held
+
+
+def hydra_form(distribution: Any) -> str:
+    """An Optuna distribution as ``hydra.sweeper.params`` gives it (Hydra's Optuna sweeper,
+    ``create_optuna_distribution_from_override``): ``choice(16, 32)``, ``tag(log,
+    interval(0.01, 0.5))``, ``interval(0.1, 0.9)``, ``range(16, 64, 16)``."""
+    choices = getattr(distribution, "choices", None)
+    if choices is not None:
+        return f"choice({', '.join(hydra_value(c) for c in choices)})"
+    low, high = distribution.low, distribution.high
+    log = getattr(distribution, "log", False) or "Log" in type(distribution).__name__
+    if log:
+        return f"tag(log, interval({low}, {high}))"
+    step = getattr(distribution, "q", None) or getattr(distribution, "step", None)
+    if step is not None and step != 1:
+        return f"range({low}, {high}, {step})"
+    return f"interval({low}, {high})"
+
+
+def hydra_value(value: Any) -> str:
+    """A choice as Hydra's grammar writes it (``null``, ``true``)."""
+    if value is None:
+        return "null"
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def quiet_alembic() -> None:
