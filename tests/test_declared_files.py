@@ -25,6 +25,8 @@ from multigpu.storage.phases_model import Phases
 from multigpu.storage.record import RunRecord, summarize
 from multigpu.storage.record_file import BadRecord, read_phases, read_record, upgrade
 from multigpu.storage.record_model import (
+    REPEATED,
+    SCHEMA,
     STATUSES,
     CompletedRecord,
     CompletedRecordV1,
@@ -34,6 +36,7 @@ from multigpu.storage.record_model import (
     RecordV1,
     Run,
     declaration,
+    speed,
 )
 from multigpu.tools.acceptance import read_bench
 from multigpu.tools.bench.bench_file import built, read_bench_file
@@ -133,7 +136,9 @@ def records(draw) -> dict[str, Any]:
 def agreeing(record: dict[str, Any]) -> dict[str, Any]:
     """``record`` with what is derived from its history made to agree with it, as the writer
     writes it (keys left out stay out): a drawn record is otherwise a contradiction."""
-    history = record["history"]
+    first = 1 if record["schema"] >= SCHEMA else 0
+    history = [{**entry, "epoch": first + i} for i, entry in enumerate(record["history"])]
+    record |= {"history": history, "run": agreeing_run(record["run"])}
     if record.get("epochs") is not None:
         record["epochs"] = len(history)
     if "test_acc" in record and history:
@@ -142,7 +147,31 @@ def agreeing(record: dict[str, Any]) -> dict[str, Any]:
     accs += [entry.get("test_acc") for entry in history]
     if record.get("best_test_acc") is not None:
         record["best_test_acc"] = max(acc for acc in accs if acc is not None)
+    if record.get("best_epoch") is not None:
+        best = [h["epoch"] for h in history if h.get("test_acc") == record.get("best_test_acc")]
+        record["best_epoch"] = best[0] if best else None
+    if record["schema"] >= SCHEMA:
+        derived = dict(zip(("epoch_s", "samples_per_s"), speed(history), strict=True))
+        record |= {key: derived[key] for key in derived if key in record}
+    settings = record.get("settings") or {}
+    for key, field in REPEATED.items():
+        if key in settings and record["run"].get(field) is not None:
+            settings[key] = record["run"][field]
     return record
+
+
+def agreeing_run(run: dict[str, Any]) -> dict[str, Any]:
+    """A drawn run's settings made to agree with each other: its devices are its ids on every
+    node, its global batch each process's batch times its processes."""
+    ids, nodes = run.get("device_ids"), run.get("num_nodes")
+    if isinstance(run.get("devices"), int) and None not in (ids, nodes):
+        run["devices"] = len(ids) * nodes
+        if not run["devices"]:
+            run |= {"devices": 1, "device_ids": [0], "num_nodes": 1}
+    batch, processes = run.get("process_batch_size"), run.get("processes")
+    if None not in (run.get("batch_size"), batch, processes):
+        run |= {"batch_size": batch * processes} if batch * processes else {"processes": None}
+    return run
 
 
 def phases_files() -> st.SearchStrategy:
@@ -193,12 +222,13 @@ def finite(value: Any) -> Any:
 epochs = st.lists(drawn(json_schema(Epoch), json_schema(Epoch)), max_size=4).map(
     lambda history: [{**entry, "epoch": i + 1} for i, entry in enumerate(history)]
 )
-runs = drawn(json_schema(CompletedRun), json_schema(CompletedRun))
+runs = drawn(json_schema(CompletedRun), json_schema(CompletedRun)).map(agreeing_run)
 
 
 @FEW
 @given(history=epochs, run=runs, settings=st.dictionaries(TEXT, SCALARS, max_size=3))
 def test_what_summarize_writes_is_read_back(history, run, settings):
+    settings = {key: value for key, value in settings.items() if key not in REPEATED}
     summary = summarize(history, run, run_id="abc", settings=settings)
     assert read_back(summary) == finite(summary)
 

@@ -233,6 +233,7 @@ def test_bare_nan_written_by_older_versions_is_read_as_null(tmp_path):
     what null means now; the row keeps its status (here diverged)."""
     older = {**record("diverged"), "train_loss": 11.5, "test_acc": 12.5, "train_acc": 13.5}
     older["history"][-1]["test_acc"] = 12.5  # test_acc is the last epoch's, in every version
+    older |= {"best_test_acc": older["history"][1]["test_acc"], "best_epoch": 2}  # a finite one
     text = json.dumps(older).replace('"train_loss": 11.5', '"train_loss": NaN')
     text = text.replace('"test_acc": 12.5', '"test_acc": -Infinity')
     text = text.replace('"train_acc": 13.5', '"train_acc": 1e999')

@@ -29,6 +29,15 @@ def record(**keys: Any) -> dict[str, Any]:
     return {**summarize(history, RUN), "status": "completed", **keys}
 
 
+def renumbered(*epochs: int) -> dict[str, Any]:
+    """``record()`` with its history's epochs numbered ``epochs``."""
+    written = record()
+    written["history"] = [
+        {**h, "epoch": e} for h, e in zip(written["history"], epochs, strict=True)
+    ]
+    return written
+
+
 # One named case per rule -----------------------------------------------------------------------
 CONTRADICTIONS = {
     "best below test_acc": (
@@ -43,6 +52,31 @@ CONTRADICTIONS = {
     "test_acc null, the last epoch tested": (
         record(test_acc=None),
         "test_acc is null, but history[2].test_acc is 0.75",
+    ),
+    "an epoch repeated": (renumbered(1, 2, 2), "history[2].epoch is 2, but history[1].epoch is 2"),
+    "a history not from epoch 1": (
+        renumbered(2, 3, 4),
+        "history[0].epoch is 2, but a history starts at epoch 1",
+    ),
+    "best_epoch not the best's": (
+        record(best_epoch=1),
+        "best_epoch is 1, but that epoch has test_acc 0.5, not best_test_acc 0.75",
+    ),
+    "epoch_s not the history's": (
+        record(epoch_s=3.0),
+        "epoch_s is 3.0, but the history's epochs give null",
+    ),
+    "run.batch_size not the settings'": (
+        record(run={**RUN, "batch_size": 64}, settings={"data.batch_size": 32}),
+        "run.batch_size is 64, but settings data.batch_size is 32",
+    ),
+    "run.devices not its ids on every node": (
+        record(run={**RUN, "devices": 4, "device_ids": [0, 1], "num_nodes": 1}),
+        "run.devices is 4, but run.device_ids [0, 1] on run.num_nodes 1 make 2",
+    ),
+    "run.batch_size not each process's batch": (
+        record(run={**RUN, "batch_size": 64, "process_batch_size": 16, "processes": 2}),
+        "run.batch_size is 64, but run.process_batch_size 16 on run.processes 2 make 32",
     ),
 }
 
@@ -149,9 +183,16 @@ def contradictions(draw, history: list[dict]) -> tuple[str, Any]:
     """A key and a value for it that contradict ``history``."""
     accs = [h["test_acc"] for h in history if h.get("test_acc") is not None]
     rules = ["epochs", *(["test_acc"] if history else []), *(["best_test_acc"] if accs else [])]
-    rule = draw(st.sampled_from(rules))
+    rule = draw(st.sampled_from([*rules, "best_epoch", "epoch_s"]))
     if rule == "epochs":
         return rule, draw(st.integers(0, 10**6).filter(lambda n: n != len(history)))
+    if rule == "best_epoch":  # an epoch that is not the best one, or none of the history's
+        best = max(accs, default=None)
+        others = [h["epoch"] for h in history if h.get("test_acc") != best]
+        beyond = st.integers(len(history) + 1, 10**6)
+        return rule, draw(st.sampled_from(others) | beyond if others else beyond)
+    if rule == "epoch_s":  # the history's epochs are not timed: it gives null
+        return rule, draw(st.floats(0, 1e6))
     if rule == "test_acc":
         last = history[-1].get("test_acc")
         return rule, draw((st.none() | accuracies).filter(lambda acc: acc != last))

@@ -18,27 +18,9 @@ from typing import Any
 from multigpu.storage.file_model import checked
 from multigpu.storage.json_file import MAX_BYTES, MAX_STRING, BadRecord, read_json
 from multigpu.storage.phases_model import Phases
-from multigpu.storage.record_model import SCHEMA, STATUSES, declaration
+from multigpu.storage.record_model import SCHEMA, STATUSES, declaration, speed
 
-__all__ = ["MAX_BYTES", "MAX_STRING", "SCHEMA", "STATUSES", "BadRecord"]
-
-
-def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The epochs speed is measured over: all but the first, which also pays for warm-up
-    (data loading starts, allocator, cuDNN autotuning), unless it is the only one."""
-    timed = [h for h in history if h.get("epoch_s") and h.get("samples_per_s")]
-    return timed[1:] if len(timed) > 1 else timed
-
-
-def speed(history: list[dict[str, Any]]) -> tuple[float | None, float | None]:
-    """(seconds per epoch, samples per second) over ``timed_epochs``: total time over epochs,
-    total samples over total time. One definition, so two runs compare the same way by either."""
-    timed = timed_epochs(history)
-    if not timed:
-        return None, None
-    seconds = sum(float(h["epoch_s"]) for h in timed)  # floats: no integer overflows a division
-    samples = sum(float(h["samples_per_s"]) * h["epoch_s"] for h in timed)
-    return seconds / len(timed), samples / seconds
+__all__ = ["MAX_BYTES", "MAX_STRING", "SCHEMA", "STATUSES", "BadRecord", "speed"]
 
 
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ A key may be left out (older versions) unless required; keys a newer version add
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
@@ -21,6 +22,30 @@ Devices = Annotated[int, Field(ge=0, le=MAX_DEVICES)]
 Fraction = Annotated[float, Field(ge=0, le=1)]  # an accuracy
 Amount = Annotated[float, Field(ge=0)]  # seconds, samples per second, megabytes
 DevicesAsGiven = Count | list[Count] | str  # schema 1: trainer.devices as given
+# The settings the run's resolved settings repeat (``multigpu.config.computation.RESOLVED`` and
+# the values ``Run`` takes as they are): the two are written together and never differ.
+REPEATED = {"data.batch_size": "batch_size", "model.optimizer.lr": "lr", "seed": "seed"}
+REPEATED |= {"model.lr_scaling.warmup_epochs": "warmup_epochs", "trainer.precision": "precision"}
+REPEATED |= {"model.lr_scaling.warmup_from": "warmup_from", "defaults.data": "data"}
+REPEATED |= {"model.net.width": "width", "model.net.norm": "norm"}
+
+
+def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The epochs speed is measured over: all but the first, which also pays for warm-up
+    (data loading starts, allocator, cuDNN autotuning), unless it is the only one."""
+    timed = [h for h in history if h.get("epoch_s") and h.get("samples_per_s")]
+    return timed[1:] if len(timed) > 1 else timed
+
+
+def speed(history: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+    """(seconds per epoch, samples per second) over ``timed_epochs``: total time over epochs,
+    total samples over total time. One definition, so two runs compare the same way by either."""
+    timed = timed_epochs(history)
+    if not timed:
+        return None, None
+    seconds = sum(float(h["epoch_s"]) for h in timed)  # floats: no integer overflows a division
+    samples = sum(float(h["samples_per_s"]) * h["epoch_s"] for h in timed)
+    return seconds / len(timed), samples / seconds
 
 
 def about(description: str, **bounds: Any) -> Any:
@@ -185,6 +210,78 @@ class Record(FileModel):
                 best = shown(self.best_test_acc)
                 raise ValueError(f"best_test_acc {best} is below {where} {shown(acc)}")
         return self
+
+    @model_validator(mode="after")
+    def epochs_follow_each_other(self) -> Record:
+        first = 1 if self.version >= SCHEMA else self.history[0].epoch if self.history else 0
+        for i, entry in enumerate(self.history):
+            if entry.epoch != first + i or first not in (0, 1):
+                said = f"history[{i}].epoch is {entry.epoch}, but "
+                if i == 0:
+                    raise ValueError(f"{said}a history starts at epoch 1")
+                raise ValueError(f"{said}history[{i - 1}].epoch is {self.history[i - 1].epoch}")
+        return self
+
+    @model_validator(mode="after")
+    def best_epoch_is_the_best_test_acc(self) -> Record:
+        if self.best_epoch is None:
+            return self
+        entry = next((h for h in self.history if h.epoch == self.best_epoch), None)
+        if entry is None or entry.test_acc != self.best_test_acc:
+            has = "is not in history" if entry is None else f"has test_acc {shown(entry.test_acc)}"
+            raise ValueError(
+                f"best_epoch is {self.best_epoch}, but that epoch {has}, not best_test_acc "
+                f"{shown(self.best_test_acc)}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def speed_is_the_historys(self) -> Record:
+        """Records of an older schema are given this speed when read (``record_file.upgrade``)."""
+        if self.version < SCHEMA:
+            return self
+        derived = speed([entry.model_dump() for entry in self.history])
+        derived = [None if v is None or not math.isfinite(v) else v for v in derived]  # as written
+        for key, value in zip(("epoch_s", "samples_per_s"), derived, strict=True):
+            recorded = getattr(self, key)
+            if key in self.model_fields_set and not agrees(recorded, value):
+                raise ValueError(
+                    f"{key} is {shown(recorded)}, but the history's epochs give {shown(value)}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def run_agrees_with_itself_and_the_settings(self) -> Record:
+        run = self.run
+        if isinstance(run.devices, int) and None not in (run.device_ids, run.num_nodes):
+            if run.devices != len(run.device_ids) * run.num_nodes:
+                raise ValueError(
+                    f"run.devices is {run.devices}, but run.device_ids {run.device_ids} on "
+                    f"run.num_nodes {run.num_nodes} make {len(run.device_ids) * run.num_nodes}"
+                )
+        parts = (run.batch_size, run.process_batch_size, run.processes)
+        if None not in parts and parts[0] != parts[1] * parts[2]:
+            raise ValueError(
+                f"run.batch_size is {parts[0]}, but run.process_batch_size {parts[1]} on "
+                f"run.processes {parts[2]} make {parts[1] * parts[2]}"
+            )
+        settings = self.settings or {}
+        for key, field in REPEATED.items():
+            value = getattr(run, field)
+            if key in settings and value is not None and not agrees(settings[key], value):
+                raise ValueError(
+                    f"run.{field} is {shown(value)}, but settings {key} is {shown(settings[key])}"
+                )
+        return self
+
+
+def agrees(recorded: Any, derived: Any) -> bool:
+    """Equal as JSON keeps them (1 and 1.0 alike, not true and 1), floats to rounding."""
+    if isinstance(recorded, bool) or isinstance(derived, bool):
+        return recorded is derived
+    if isinstance(recorded, float) and isinstance(derived, (int, float)):
+        return math.isclose(recorded, derived, rel_tol=1e-9)
+    return recorded == derived
 
 
 class CompletedRecord(Record):
