@@ -158,6 +158,74 @@ def test_a_setting_optuna_would_fail_on_is_refused_before_any_trial(case, tmp_pa
     assert named in refused(overrides, tmp_path, capsys)
 
 
+# A value Hydra's own typed node refuses (before: Hydra's page, "Error merging override
+# hydra.sweeper.n_trials=abc ... Set the environment variable HYDRA_FULL_ERROR=1", exit 1).
+HYDRA_TYPED = {
+    "n_trials_not_a_number": (
+        "hydra.sweeper.n_trials=abc",
+        "hydra.sweeper.n_trials=abc: hydra.sweeper.n_trials takes an integer (Hydra: Value "
+        "'abc' of type 'str' could not be converted to Integer); pass one, e.g. "
+        "hydra.sweeper.n_trials=12",
+    ),
+    "seed_not_a_number": (
+        "hydra.sweeper.sampler.seed=abc",
+        "hydra.sweeper.sampler.seed=abc: hydra.sweeper.sampler.seed takes an integer or null "
+        "(Hydra: Value 'abc' of type 'str' could not be converted to Integer); pass one, e.g. "
+        "hydra.sweeper.sampler.seed=1",
+    ),
+    "n_jobs_a_fraction": ("hydra.sweeper.n_jobs=1.5", "n_jobs takes an integer (Hydra: Value "),
+    "n_trials_null": ("hydra.sweeper.n_trials=null", "n_trials takes an integer (Hydra: field"),
+    "params_not_a_map": ("hydra.sweeper.params=3", "params takes a mapping ({key: value}) or"),
+}
+
+
+def hydra_refusal(argv: list[str]) -> str | None:
+    """What ``typo_hydra.Offer`` says of the values Hydra's own node refuses on ``argv``."""
+    from multigpu.config.typo_hydra import Offer, composing, parse_overrides
+
+    register_resolvers()
+    with composing(CONF):
+        return Offer("config", parse_overrides(argv)).refused_value()
+
+
+@pytest.mark.parametrize("case", sorted(HYDRA_TYPED))
+def test_a_value_hydras_sweeper_settings_refuse_is_one_line_naming_the_key(case):
+    override, said = HYDRA_TYPED[case]
+    line = hydra_refusal(["-m", "hparams_search=optuna", override])
+    assert line is not None and "\n" not in line
+    assert line.startswith(f"{override}: ") and said in line
+
+
+def test_values_hydras_sweeper_settings_take_are_not_refused():
+    taken = ["hydra.sweeper.n_trials=3", "hydra.sweeper.sampler.seed=null", "seed=abc"]
+    assert hydra_refusal(["-m", "hparams_search=optuna", *taken]) is None
+
+
+@pytest.mark.xfail(
+    strict=True, reason="multigpu.config.typos.find_typos does not ask Offer.refused_value yet"
+)
+def test_the_command_line_check_says_the_value_hydras_node_refuses():
+    """train.py's check before Hydra (``typos.check_command_line``) answers it: exit 2, one
+    line, nothing written, before torch."""
+    from multigpu.config.typos import find_typos
+
+    override, said = HYDRA_TYPED["n_trials_not_a_number"]
+    typos = find_typos(["-m", "hparams_search=optuna", override], "config", CONF)
+    assert [typo.message for typo in typos] == [said]
+
+
+def test_a_search_space_entry_given_as_a_nested_key_is_one_line():
+    """``hydra.sweeper.params.<key>=...`` (with or without a ``+``): Hydra reads the dots as
+    nested keys; the command line's check says how to add the entry."""
+    from multigpu.config.typos import find_typos
+
+    entry = "hydra.sweeper.params.model.optimizer.momentum=interval(0.5,0.9)"
+    for line in (entry, f"+{entry}"):
+        (typo,) = find_typos(["-m", "hparams_search=optuna", line], "config", CONF)
+        assert typo.message.startswith(f"{line}: a searched key is not set through ")
+        assert "'hydra.sweeper.params={model.optimizer.momentum: " in typo.message
+
+
 def draws(sampler) -> list[float]:
     """The first values a study with ``sampler`` draws."""
     import optuna

@@ -1,7 +1,8 @@
 """What Hydra offers one command line, with nothing judged yet: its overrides, parsed as Hydra
 parses them; its config groups and their options, as Hydra's config sources list them (its own
-and plugins' included); and the config it composes from the command line's group choices, with
-every key of it. ``multigpu.config.typos`` judges the command line against these.
+and plugins' included); the config it composes from the command line's group choices, with
+every key of it; and the value its own typed node refuses as Hydra sets the overrides (an
+integer key given ``abc``). ``multigpu.config.typos`` judges the command line against these.
 """
 
 from __future__ import annotations
@@ -113,6 +114,53 @@ class Offer:
         """Every dotted key of ``config``, Hydra's own (``hydra.run.dir``) included."""
         return composed_keys(self.config)
 
+    def refused_value(self) -> str | None:
+        """The first ``hydra.*`` override whose value a typed node of Hydra's config refuses
+        (``hydra.sweeper.n_trials=abc``, ``hydra.job.chdir=maybe``), set as Hydra sets the
+        overrides, on a copy of the composed ``hydra`` node: Hydra answers it with its page
+        ("Error merging override", exit 1). The project's own config is YAML, untyped: only
+        Hydra's node (its and its plugins' dataclasses) refuses a value's type. Said in one
+        line with the type the key takes; None where every value is taken, or where Hydra
+        refuses an override for another reason (it says why)."""
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        from hydra.errors import ConfigCompositionException
+        from omegaconf import OmegaConf
+        from omegaconf.errors import ValidationError
+
+        settings = [o for o in self.overrides if self.is_hydra_setting(o)]
+        if not settings or self.config is None:
+            return None
+        hydra = OmegaConf.create({"hydra": self.config.hydra})  # a copy, its types kept
+        for override in settings:
+            try:
+                ConfigLoaderImpl._apply_overrides_to_config([override], hydra)
+            except ConfigCompositionException as err:
+                if isinstance(err.__cause__, ValidationError):
+                    return self.type_refusal(override, err.__cause__)
+                return None
+        return None
+
+    def is_hydra_setting(self, override: Any) -> bool:
+        """An override Hydra sets on its own node (``hydra.sweeper.n_trials=3``): not a
+        group's choice, not a sweep (a sweep's values are set job by job)."""
+        name = override.key_or_group
+        group = name in self.listed or "/" in name or override.package is not None
+        return name.startswith("hydra.") and not group and not override.is_sweep_override()
+
+    def type_refusal(self, override: Any, error: Exception) -> str:
+        """``key=value: key takes an integer (Hydra: <its words>); pass one, e.g. key=12``."""
+        key, said = override.key_or_group, override.input_line
+        words = str(error).strip().splitlines()[0].strip()
+        node = config_node(self.config, key)
+        takes = node_type(node)
+        if not takes:
+            return f"{said}: Hydra's config refuses this value for {key} ({words}); pass another"
+        takes += ["null"] if node._is_optional() else []
+        example = node._value() if not is_container(node) else None
+        example = EXAMPLES.get(type(node).__name__) if example is None else example
+        shown = f", e.g. {key}={example_text(example)}" if example is not None else ""
+        return f"{said}: {key} takes {either(takes)} (Hydra: {words}); pass one{shown}"
+
     def compose(self, more: list[str]) -> Any:
         """Hydra's composition of the command line's valid group choices and ``more``, or None."""
         from hydra import compose
@@ -150,3 +198,51 @@ def dotted_keys(node: dict, prefix: str) -> list[str]:
         keys.append(key := f"{prefix}.{name}" if prefix else str(name))
         keys += dotted_keys(value, key) if isinstance(value, dict) else []
     return keys
+
+
+# What a typed node of Hydra's config takes, by OmegaConf's node class; an example where the
+# node holds no value to show.
+NODE_TYPES = {
+    "IntegerNode": ["an integer"],
+    "FloatNode": ["a number"],
+    "BooleanNode": ["true", "false"],
+    "StringNode": ["a string"],
+    "PathNode": ["a path"],
+    "BytesNode": ["bytes"],
+    "DictConfig": ["a mapping ({key: value})"],
+    "ListConfig": ["a list ([a, b])"],
+}
+EXAMPLES = {"IntegerNode": 1, "FloatNode": 0.5, "BooleanNode": True}
+
+
+def config_node(cfg: Any, key: str) -> Any:
+    """The node at a dotted key of a composed config (None where it has none)."""
+    from omegaconf import OmegaConf
+
+    parent, _, last = key.rpartition(".")
+    holder = OmegaConf.select(cfg, parent) if parent else cfg
+    try:
+        return holder._get_node(last) if OmegaConf.is_dict(holder) else None
+    except Exception:  # noqa: BLE001 - a key below a value: Hydra's words alone
+        return None
+
+
+def node_type(node: Any) -> list[str]:
+    """What a typed node takes, in words (an enum: its members); none for another node."""
+    if type(node).__name__ == "EnumNode":
+        return [member.name for member in node.enum_type]
+    return list(NODE_TYPES.get(type(node).__name__, []))
+
+
+def either(alternatives: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return " or ".join(filter(None, [", ".join(alternatives[:-1]), alternatives[-1]]))
+
+
+def is_container(node: Any) -> bool:
+    return type(node).__name__ in ("DictConfig", "ListConfig")
+
+
+def example_text(value: Any) -> str:
+    """A value as the command line writes it (``true``, not ``True``)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
