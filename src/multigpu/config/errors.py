@@ -1,7 +1,14 @@
 """The errors a run ends with on purpose, each with the status it records and the exit status
-the entry points return (see ``multigpu.storage.outcome`` for every other exception)."""
+the entry points return (see ``multigpu.storage.outcome`` for every other exception), and the
+names a misspelt one may mean, which every such line offers the same way."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+MAX_SUGGESTIONS = 3
+CUTOFF = 0.6  # difflib's default: below it a name is not offered
+WITHIN = 0.1  # only names about as close as the closest one are offered
 
 
 class UserError(Exception):
@@ -76,3 +83,23 @@ def message(error: BaseException) -> str:
     from an environment variable, say) is shown as ``\\n``, so the line stays one."""
     text = "; ".join([str(error), *getattr(error, "__notes__", [])])
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def closest(word: str, candidates: Iterable[str]) -> list[str]:
+    """The names a misspelt ``word`` may mean, for every message that offers some: difflib's
+    close matches, at most three, and only those about as close as the best."""
+    import difflib
+
+    def ratio(candidate: str) -> float:
+        return difflib.SequenceMatcher(None, word, candidate).ratio()
+
+    found = difflib.get_close_matches(word, list(candidates), MAX_SUGGESTIONS, CUTOFF)
+    close = [c for c in found if ratio(c) >= ratio(found[0]) - WITHIN]
+    return sorted(close, key=lambda c: (-ratio(c), c))
+
+
+def did_you_mean(names: list[str]) -> str:
+    if not names:
+        return ""
+    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+    return f": did you mean {listed}?"

@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, closest, did_you_mean
 from multigpu.config.launch import check_world, cluster_started, mark_parent
 from multigpu.config.names import (
     COSINE,
@@ -56,7 +56,6 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     select,
     target_of,
 )
-from multigpu.config.typos import closest, did_you_mean
 
 # How each option of the ``strategy`` group places its work on the devices.
 ONE_DEVICE = "one_device"  # the whole step on one device

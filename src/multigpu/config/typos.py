@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from multigpu.config.errors import closest, did_you_mean
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import (
     Offer,
@@ -30,9 +31,6 @@ from multigpu.config.typo_hydra import (
 
 TRAINER = "trainer"  # the config node passed to Trainer(...)
 PARAMS = "hydra.sweeper.params"  # a sweeper's search space: Hydra's grammar cannot add to it
-MAX_SUGGESTIONS = 3
-CUTOFF = 0.6  # difflib's default: below it a name is not offered
-WITHIN = 0.1  # only names about as close as the closest one are offered
 
 
 @dataclass
@@ -242,25 +240,6 @@ def in_trainer(key: str) -> bool:
 def unknown(said: str, what: str, close: list[str], hint: str = "") -> Typo:
     """The one message every misspelt name gets: what it is not, and the names it may mean."""
     return Typo(f"{said} is not {what}{did_you_mean(close)}{hint}", close)
-
-
-def closest(word: str, candidates: Any) -> list[str]:
-    """difflib's close matches, at most three, and only those about as close as the best."""
-    import difflib
-
-    def ratio(candidate: str) -> float:
-        return difflib.SequenceMatcher(None, word, candidate).ratio()
-
-    found = difflib.get_close_matches(word, candidates, MAX_SUGGESTIONS, CUTOFF)
-    close = [c for c in found if ratio(c) >= ratio(found[0]) - WITHIN]
-    return sorted(close, key=lambda c: (-ratio(c), c))
-
-
-def did_you_mean(names: list[str]) -> str:
-    if not names:
-        return ""
-    listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
-    return f": did you mean {listed}?"
 
 
 def script_name() -> str:

@@ -14,7 +14,6 @@ its own settings are what is compared.
 
 from __future__ import annotations
 
-import difflib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from multigpu.config.computation import (
     describe,
     differences,
 )
-from multigpu.config.errors import NothingToDo, UserError
+from multigpu.config.errors import NothingToDo, UserError, closest, did_you_mean
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.record_file import BadRecord, read_record
 
@@ -151,11 +150,8 @@ def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[
                 "resume may change it without resume_changes; drop it from the list"
             )
         if not any(k == name or k.startswith(f"{name}.") for k in keys):
-            close = difflib.get_close_matches(name, sorted(keys), n=3)
             hint = (
-                f"did you mean {' or '.join(close)}?"
-                if close
-                else "use a key of the run's settings"
+                did_you_mean(closest(name, sorted(keys)))[2:] or "use a key of the run's settings"
             )
             raise UserError(
                 f"resume_changes names {name}, which is not a setting of this run: {hint} "

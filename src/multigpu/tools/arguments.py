@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable
 from pathlib import Path
 
-from multigpu.config.errors import WriteFailed
+from multigpu.config.errors import WriteFailed, closest, did_you_mean
 from multigpu.storage.atomic import check_creatable
 
 
@@ -26,13 +26,10 @@ class OneLineParser(argparse.ArgumentParser):
 
     def suggestion(self, unknown: list[str]) -> str:
         """``: did you mean --x?`` for a misspelt option (as train.py answers a misspelt key)."""
-        import difflib
-
         options = [o for action in self._actions for o in action.option_strings]
         for word in unknown:
-            close = difflib.get_close_matches(word.split("=")[0], options, n=1, cutoff=0.6)
-            if word.startswith("-") and close:
-                return f": did you mean {close[0]}?"
+            if word.startswith("-") and (close := closest(word.split("=")[0], options)):
+                return did_you_mean(close)
         return ""
 
 
