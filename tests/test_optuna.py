@@ -201,9 +201,6 @@ def test_values_hydras_sweeper_settings_take_are_not_refused():
     assert hydra_refusal(["-m", "hparams_search=optuna", *taken]) is None
 
 
-@pytest.mark.xfail(
-    strict=True, reason="multigpu.config.typos.find_typos does not ask Offer.refused_value yet"
-)
 def test_the_command_line_check_says_the_value_hydras_node_refuses():
     """train.py's check before Hydra (``typos.check_command_line``) answers it: exit 2, one
     line, nothing written, before torch."""

@@ -66,7 +66,8 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
         for judged in (options, overrides):
             if typos := [typo for override in judged if (typo := hydra.check(override))]:
                 return typos
-    return []
+        refused = hydra.refused_value()  # a value Hydra's typed node refuses (n_trials=abc)
+    return [Typo(refused)] if refused else []
 
 
 def check_interpolations(argv: list[str], config_name: str, conf: Path) -> str | None:
