@@ -129,7 +129,7 @@ REFUSED = {
     ),
     "no_such_key": (
         ["++" + params({"model.optimizer.lrr": "interval(0.01, 0.5)"})],
-        "model.optimizer.lrr is not a key of the config (did you mean model.optimizer.lr?)",
+        "model.optimizer.lrr is not a key of the config: did you mean model.optimizer.lr?",
     ),
     "a_choice_no_job_takes": (
         [params({"data.batch_size": "choice(16, -4)"})],

@@ -14,7 +14,6 @@ search space and the storage as the study will, importing Optuna.
 from __future__ import annotations
 
 import decimal
-import difflib
 import functools
 import logging
 import os
@@ -26,7 +25,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, closest, did_you_mean
 from multigpu.run.objective import DIRECTION, OBJECTIVE
 from multigpu.storage.outcome import summary_line
 
@@ -532,10 +531,9 @@ def check_key(config: DictConfig, key: str) -> None:
         return
     tree = OmegaConf.to_container(config, resolve=False)
     tree.pop("hydra", None)
-    close = difflib.get_close_matches(key, leaf_keys(tree), n=1)
-    hint = f" (did you mean {close[0]}?)" if close else ""
+    close = did_you_mean(closest(key, leaf_keys(tree)))
     raise UserError(
-        f"hydra.sweeper.params: {key} is not a key of the config{hint}; search an existing "
+        f"hydra.sweeper.params: {key} is not a key of the config{close}; search an existing "
         f"key, or add one with +{key}"
     )
 
