@@ -307,7 +307,7 @@ def refusal_of(cfg: DictConfig, check: Callable[[], None]) -> UserError | None:
         return err
     except Refused as err:
         log.debug("%s refused", err.node, exc_info=err.cause)
-        reason = summary_line(str(err.cause)).rstrip(".") or type(err.cause).__name__
+        reason = summary_line(err.cause)
         shown = given_as(cfg, err.node)
         return UserError(
             f"{shown}: {err.builder} refuses it ({reason}); pass a value it takes, or drop it"
