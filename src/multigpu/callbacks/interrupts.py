@@ -154,6 +154,21 @@ class Ending:
 
 
 _ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)
+_deferred: list[signal.Signals] = []  # a stop signal kept for the run being set up
+
+
+def defer_stop(signum: int) -> None:
+    """Keep a stop signal that came while the next run was being set up (a sweep's job whose
+    folder Hydra has made, before ``train`` runs): that run's ``Ending`` takes it as its first
+    signal, so that the run records itself ``interrupted``, with its settings, as it starts.
+    Only the first is kept."""
+    if not _deferred:
+        _deferred.append(signal.Signals(signum))
+
+
+def deferred_stop() -> signal.Signals | None:
+    """The stop signal kept for the run being set up, if one came."""
+    return _deferred[0] if _deferred else None
 
 
 def run_stop_signal() -> signal.Signals | None:
@@ -178,7 +193,8 @@ def ignored_until_exit(signums: tuple[signal.Signals, ...]) -> None:
 
 @contextmanager
 def one_ending() -> Iterator[Ending | None]:
-    """The run's ``Ending`` for the block. Once a signal has stopped the run (the block ends by
+    """The run's ``Ending`` for the block, whose first signal is one kept for the run while it
+    was set up (``defer_stop``), if any. Once a signal has stopped the run (the block ends by
     its exception), its handler stays (every later signal ignored) until the process exits,
     finalization included. Otherwise the handlers before it return, also after a signal that
     only skipped the work after the last epoch: the run completed, and a sweep's next jobs and
@@ -188,6 +204,8 @@ def one_ending() -> Iterator[Ending | None]:
         yield None  # signal handlers can only be set from the main thread
         return
     ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
+    if _deferred:  # came while the run was being set up: its first signal
+        ending.note(_deferred[0])
     ending.install()  # first: the handlers sigterm_interrupts puts back when it ends
     _ending = ending
     stopped = False
@@ -198,6 +216,7 @@ def one_ending() -> Iterator[Ending | None]:
         raise
     finally:
         ending.armed = False
+        _deferred.clear()  # taken by this run (also one deferred while its handler was set)
         if stopped:
             atexit.register(ignored_until_exit, ending.signums)
         else:

@@ -1,24 +1,31 @@
 """Multirun support: a failing job is recorded and the sweep goes on; the report at the end,
-whose rows also decide the sweep's exit status."""
+whose rows also decide the sweep's exit status. A stop signal ends the sweep, whenever it
+comes (``between_jobs`` while no job's ``train`` answers it)."""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from multigpu.callbacks.interrupts import defer_stop, deferred_stop
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError
 from multigpu.config.job_names import share_swept_keys
+from multigpu.config.launch import stop_signals
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
+from multigpu.run.training import started_in
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record_file import records_below
 
@@ -55,6 +62,7 @@ class SweepReport(Callback):
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         share_swept_keys(config)
+        stop_between_jobs()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         from multigpu.tools.report import incomplete, to_text, write_report  # matplotlib: only now
@@ -75,3 +83,51 @@ class SweepReport(Callback):
         if failed:
             print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)
             sys.exit(1)
+
+
+def stop_between_jobs() -> None:
+    """Answer a stop signal while none of the sweep's jobs runs ``train`` (``between_jobs``):
+    Ctrl-C, SIGTERM and SIGHUP there had ended the sweep by their default action (SIGTERM
+    without a word, the next job's folder left without a record). Each job's ``train`` puts
+    its own handlers over these while it runs and this one back after."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, *stop_signals(os.environ)):
+            signal.signal(signum, between_jobs)
+
+
+def between_jobs(signum: int, frame: Any) -> None:
+    """A stop signal between two jobs, or after the last: the sweep stops, with one line and
+    128 + the signal's number. A job whose folder Hydra has made is given the signal
+    (``defer_stop``): its ``train`` records it ``interrupted``, with its settings, as it starts,
+    and stops the sweep, as a single run stopped while Hydra sets it up. A job whose folder is
+    not made yet never is; the jobs that ran stay as they ended."""
+    if deferred_stop() is not None:
+        return  # the first signal is the sweep's ending
+    if job_being_set_up() is not None:
+        defer_stop(signum)
+        return
+    for later in (signal.SIGINT, *stop_signals(os.environ)):
+        signal.signal(later, signal.SIG_IGN)  # the first signal is the sweep's ending
+    name = signal.Signals(signum).name
+    print(
+        f"error: interrupted by {name} between the sweep's jobs: the sweep stops; its command "
+        "run again runs the jobs left",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.exit(128 + signum)
+
+
+def job_being_set_up() -> Path | None:
+    """The folder of the job Hydra is setting up (its config is Hydra's while Hydra runs the
+    job, and none between jobs): made, and not yet run by ``train``."""
+    hydra = HydraConfig.instance().cfg
+    if hydra is None:
+        return None
+    try:
+        folder = OmegaConf.select(hydra, "hydra.runtime.output_dir", default=None)
+    except Exception:  # noqa: BLE001 - caught mid-update by the signal: no job's folder yet
+        return None
+    if folder is None or not Path(folder).is_dir() or started_in(folder):
+        return None
+    return Path(folder)

@@ -18,13 +18,14 @@ import signal
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
-from multigpu.callbacks.interrupts import one_ending, sigterm_interrupts
+from multigpu.callbacks.interrupts import Ending, one_ending, sigterm_interrupts
+from multigpu.config.computation import computation
 from multigpu.config.errors import (
     Interrupted,
     NothingToDo,
@@ -52,6 +53,7 @@ from multigpu.storage.record import (
 
 log = logging.getLogger(__name__)
 _admitted: dict[Path, Admission] = {}  # decided before Hydra made the folder (preflight.Preflight)
+_started: set[Path] = set()  # the folders whose run train has started in this process
 
 
 def resolve(cfg: DictConfig) -> Run:
@@ -80,21 +82,50 @@ def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
     installs its own handlers: the run had ended with no record (SIGTERM silently). Recorded
     ``interrupted`` in the folder if Hydra made it, then one line and 128 + the signal's
     number. Once ``train`` has taken its admission, the signal does what it did before."""
-    name = signal.Signals(signum).name
     if canonical(output_dir) not in _admitted:  # train ran: this handler is only put back
         default = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
         signal.signal(signum, default)
         signal.raise_signal(signum)
         return
-    reason = f"interrupted by {name} before training started; run the command again"
-    record, admission = output_dir / "metrics.json", _admitted[canonical(output_dir)]
-    if output_dir.is_dir() and not record.exists():  # the run's settings: the command continues
-        started = summarize([], admission.run.record(), settings=admission.settings)
-        write_json(record, {**started, "status": "interrupted", "reason": reason})
-    elif output_dir.is_dir():
-        record_ending(record, Outcome("interrupted", reason, 128 + signum))
-    print(f"error: {reason}", file=sys.stderr, flush=True)
-    os._exit(128 + signum)  # Hydra's job set-up is not ours to unwind
+    admission = _admitted[canonical(output_dir)]
+    outcome = not_started(signal.Signals(signum), multirun=False)
+    record_unstarted(output_dir, admission.run.record(), admission.settings, outcome, owned=True)
+    print(f"error: {outcome.reason}", file=sys.stderr, flush=True)
+    os._exit(outcome.exit_code)  # Hydra's job set-up is not ours to unwind
+
+
+def not_started(signum: signal.Signals, multirun: bool) -> Outcome:
+    """How a run that a stop signal ended before its training started ended: its command run
+    again starts it (a sweep's runs the jobs left, this one among them)."""
+    again = (
+        "the sweep stops; its command run again runs the jobs left"
+        if multirun
+        else "run the command again"
+    )
+    reason = f"interrupted by {signum.name} before training started; {again}"
+    return Outcome("interrupted", reason, 128 + signum)
+
+
+def record_unstarted(
+    output_dir: Path,
+    run: dict[str, Any],
+    settings: dict[str, Any] | None,
+    outcome: Outcome,
+    owned: bool,
+) -> None:
+    """Record a run that a stop signal ended before it claimed its record: in a folder without
+    one, an ``interrupted`` record with the run's settings (its command continues the folder);
+    a folder Hydra has not made stays unmade. A record the folder already holds is only
+    ended (``record_ending``: a ``running`` one) by a process that owns the folder: before
+    that, it may be another live run's."""
+    record = output_dir / "metrics.json"
+    if not output_dir.is_dir() or not is_rank_zero():
+        return
+    if not record.exists():
+        started = summarize([], run, settings=settings)
+        write_json(record, {**started, "status": outcome.status, "reason": outcome.reason})
+    elif owned:
+        record_ending(record, outcome)
 
 
 def finish(record: RunRecord, error: BaseException) -> None:
@@ -151,15 +182,68 @@ def start_record(
 
 def train(cfg: DictConfig) -> dict[str, Any]:
     """Train and evaluate as configured; return the final record (also in ``metrics.json``).
-    A run that is refused writes nothing; one that starts owns its folder until it ends."""
+    A run that is refused writes nothing; one that starts owns its folder until it ends.
+    From its first line, a stop signal is the run's ending (``one_ending``), recorded however
+    early it comes: a sweep's job had been admitted here under the sweep's handlers."""
     started = time.monotonic()  # before the data is touched: the clock of time to accuracy
     output_dir = Path(cfg.paths.output_dir)
+    with one_ending() as ending:
+        if ending is not None:
+            ending.armed = True
+        _started.add(canonical(output_dir))  # from here this function records the run's end
+        try:
+            completed = admitted_run(cfg, output_dir, started, ending)
+        except BaseException as error:
+            stopped = by_first_signal(error, ending)
+            if stopped is error:
+                raise
+            raise stopped from error
+        stop_sweep_after(cfg, output_dir, ending)
+    return completed
+
+
+def started_in(folder: str | Path) -> bool:
+    """Whether ``train`` has started the run of this folder in this process: from then on its
+    own handlers answer a stop signal, and it records how the run ended."""
+    return canonical(folder) in _started
+
+
+def by_first_signal(error: BaseException, ending: Ending | None) -> BaseException:
+    """The exception an interrupted run ends with: the first stop signal's. The signal's
+    ``Interrupted`` can change on its way out: OmegaConf re-raises an exception raised inside
+    it (a signal while Hydra instantiates the run's parts) as a new one of its type, with the
+    node's key in its message and the default exit status, 130 for SIGTERM's 143."""
+    first = ending.first if ending is not None else None
+    outcome = outcome_of(error)
+    if first is None or outcome.status != "interrupted" or outcome.exit_code == 128 + first:
+        return error
+    return Interrupted(f"interrupted by {first.name}", 128 + first)
+
+
+def stop_sweep_after(cfg: DictConfig, output_dir: Path, ending: Ending | None) -> None:
+    """A signal that only skipped the work after the last epoch of a sweep's job stops the
+    sweep: the job completed, and the others wait for the sweep's command run again. Raised
+    inside ``one_ending``'s block, which then keeps ignoring later signals until exit."""
+    stop = ending.first if ending is not None else None
+    if stop is not None and hydra_runtime(cfg)[1]:
+        raise Interrupted(
+            f"interrupted by {stop.name} after the last epoch of {output_dir.name} (completed): "
+            "the sweep stops; its command run again runs the jobs left",
+            128 + stop,
+        )
+
+
+def admitted_run(
+    cfg: DictConfig, output_dir: Path, started: float, ending: Ending | None
+) -> dict[str, Any]:
+    """Admit the run, then run it; a stop signal before the run has claimed its record is
+    recorded (``recorded_if_stopped``) with the settings admission resolved."""
     try:
-        admission = _admitted.get(canonical(output_dir)) or admit_run(cfg, output_dir)
-    except UserError as error:
-        if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
-            record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
-        raise
+        if ending is not None and ending.first is not None:  # came while Hydra set up the job
+            raise Interrupted(f"interrupted by {ending.first.name}", 128 + ending.first)
+        admission = admission_of(cfg, output_dir)
+    except BaseException as error:
+        raise_stopped(recorded_if_stopped(cfg, output_dir, None, error, False, ending), error)
     if admission.finished is not None:
         if hydra_runtime(cfg)[1]:  # a sweep run again: the job is skipped
             log.info("%s", finished_notice(output_dir, admission.finished))
@@ -169,21 +253,21 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         log.info(admission.run.describe())
     if admission.continued is not None:
         log.info("continuing this run from its own checkpoint %s", admission.continued)
-    with (
-        one_ending() as ending,
-        owning(admission.folders) if is_rank_zero() else nullcontext(),
-        sigterm_interrupts(),
-    ):
-        if ending is not None:  # over sigterm_interrupts' own, which it puts back when it ends
-            ending.install()
-            ending.armed = True
-        _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer from here
-        if is_rank_zero():
-            check_unchanged(admission)  # a sweep's job was admitted when the sweep started
-        record = start_record(output_dir, admission, cfg, started)
+    with ExitStack() as held:  # the folders stay owned while a stop is recorded
+        owned = False
         try:
-            carried = admission.resume.history if admission.resume else admission.history
-            record.claim(carried, recorded=admission.recorded)
+            if is_rank_zero():
+                held.enter_context(owning(admission.folders))
+                owned = True
+            held.enter_context(sigterm_interrupts())
+            if ending is not None:  # over sigterm_interrupts' own, which it puts back
+                ending.install()
+            _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer now
+            record = claimed_record(cfg, output_dir, admission, started)
+        except BaseException as error:
+            stopped = recorded_if_stopped(cfg, output_dir, admission, error, owned, ending)
+            raise_stopped(stopped, error)
+        try:
             from multigpu.run.fit import (
                 fit,  # torch and Lightning: only once the config is known good
             )
@@ -191,14 +275,83 @@ def train(cfg: DictConfig) -> dict[str, Any]:
             fit(cfg, admission, record, output_dir)
             check_trained(record)
         except BaseException as error:
-            finish(record, error)
+            finish(record, by_first_signal(error, ending))
             raise
-        completed = record.finish(COMPLETED)
-    stop = ending.first if ending is not None else None
-    if stop is not None and hydra_runtime(cfg)[1]:  # the job completed; the sweep was stopped
-        raise Interrupted(
-            f"interrupted by {stop.name} after the last epoch of {output_dir.name} (completed): "
-            "the sweep stops; its command run again runs the jobs left",
-            128 + stop,
-        )
-    return completed
+        return record.finish(COMPLETED)
+
+
+def claimed_record(
+    cfg: DictConfig, output_dir: Path, admission: Admission, started: float
+) -> RunRecord:
+    """The run's record, written (claimed) once its folders are checked unchanged."""
+    if is_rank_zero():
+        check_unchanged(admission)  # a sweep's job was admitted when the sweep started
+    record = start_record(output_dir, admission, cfg, started)
+    carried = admission.resume.history if admission.resume else admission.history
+    record.claim(carried, recorded=admission.recorded)
+    return record
+
+
+def raise_stopped(stopped: BaseException, error: BaseException) -> NoReturn:
+    """Raise what the run ends with: ``error`` as it came, or the stop it turned out to be."""
+    if stopped is error:
+        raise error
+    raise stopped from None
+
+
+def admission_of(cfg: DictConfig, output_dir: Path) -> Admission:
+    """What was decided before Hydra made the folder, or the run admitted now (a sweep's job,
+    a test's call). A refused sweep job is recorded for the sweep's report."""
+    try:
+        return _admitted.get(canonical(output_dir)) or admit_run(cfg, output_dir)
+    except UserError as error:
+        if hydra_runtime(cfg)[1] and not isinstance(error, (OccupiedFolder, NothingToDo)):
+            record_ending(output_dir / "metrics.json", outcome_of(error))  # for the report
+        raise
+
+
+def recorded_if_stopped(
+    cfg: DictConfig,
+    output_dir: Path,
+    admission: Admission | None,
+    error: BaseException,
+    owned: bool,
+    ending: Ending | None,
+) -> BaseException:
+    """The exception a run ends with when ``error`` came before it claimed its record. Once a
+    stop signal has come, it is the run's ending, whatever ``error`` became (admission reads
+    the config and the folder, and a signal raised inside that is wrapped or taken for a bad
+    value): recorded ``interrupted`` with the run's settings (resolved now if admission had
+    not finished), and answered with the record's reason. A refusal that leaves the folder as
+    it is, or any other error, is ``error`` itself."""
+    signum = stop_of(error, ending)
+    if signum is None or isinstance(error, (OccupiedFolder, NothingToDo)):
+        return error
+    ended = not_started(signum, hydra_runtime(cfg)[1])
+    if admission is not None:
+        run, settings = admission.run.record(), admission.settings
+    else:
+        run, settings = resolved_settings(cfg)
+    record_unstarted(output_dir, run, settings, ended, owned)
+    return Interrupted(ended.reason or "", ended.exit_code)
+
+
+def stop_of(error: BaseException, ending: Ending | None) -> signal.Signals | None:
+    """The stop signal that ended the run: the first that came, or the one ``error`` says."""
+    if ending is not None and ending.first is not None:
+        return ending.first
+    outcome = outcome_of(error)
+    if outcome.status != "interrupted":
+        return None
+    return signal.Signals(outcome.exit_code - 128)
+
+
+def resolved_settings(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The run's layout and settings as admission resolves them, for the record of a run
+    stopped before admission finished; none when the config cannot be resolved (admission
+    would have refused it)."""
+    try:
+        run = resolve(cfg)
+        return run.record(), computation(cfg, run)
+    except Exception:  # noqa: BLE001 - a refused config: the record says how it ended alone
+        return {}, None
