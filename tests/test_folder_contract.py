@@ -582,3 +582,323 @@ def test_a_tilde_in_the_sweep_folder_is_one_line_for_the_whole_sweep(tmp_path):
     assert line.startswith("error: hydra.sweep.dir=~/never starts with ~")
     assert line.count("starts with ~") == 1
     assert list(tmp_path.iterdir()) == [] and not Path("~/never").expanduser().exists()
+
+
+# 5. A run's folders lie apart from other runs' -----------------------------------------------
+def held_elsewhere(folder: Path):
+    """A process other than this one holding ``folder``'s lock, as a live run does (started,
+    its lock taken); ended with ``kill``."""
+    import subprocess
+    import sys
+
+    holding = (
+        "import fcntl, os, sys, time; d = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY); "
+        "fcntl.flock(d, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)"
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", holding, str(folder)], stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def finished_sweep(folder: Path, jobs: tuple[str, ...] = ("seed_1", "seed_2")) -> Path:
+    """A sweep's folder as a finished sweep leaves it: its multirun.yaml, a folder per job with
+    its Hydra config and record, and its report."""
+    folder.mkdir(parents=True)
+    (folder / "multirun.yaml").write_text("hydra:\n  overrides:\n    task: [seed=1,2]\n")
+    (folder / "summary.csv").write_text("job,status\n")
+    for job in jobs:
+        (folder / job / ".hydra").mkdir(parents=True)
+        (folder / job / "checkpoints").mkdir()
+        (folder / job / "checkpoints" / "last.ckpt").write_bytes(b"x")
+        (folder / job / "metrics.json").write_text("{}")
+    return folder
+
+
+def a_run(folder: Path) -> Path:
+    """A finished run's folder, as ``train.py`` leaves it."""
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / "checkpoints").mkdir()
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    (folder / "metrics.json").write_text("{}")
+    return folder
+
+
+def tree(folder: Path) -> dict[str, bytes | None]:
+    """Every path under ``folder``: a file's bytes, None for a folder."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+        for p in sorted(folder.rglob("*"))
+    }
+
+
+def refused_line(cfg, folder: Path, base: Path) -> str:
+    """The refusal of a run admitted into ``folder`` (one line), with nothing under ``base``
+    changed."""
+    before = tree(base)
+    with pytest.raises(OccupiedFolder) as refused:
+        admitted(cfg, folder)
+    assert tree(base) == before
+    said = str(refused.value)
+    assert "\n" not in said
+    return said
+
+
+def test_a_run_into_a_finished_sweeps_folder_is_refused(tmp_path):
+    """``hydra.run.dir=<a finished sweep's folder>`` was admitted: the run's record, config and
+    checkpoint went among the sweep's jobs and report. Refused now, and so is a run inside it
+    beside its jobs, or inside one of its jobs."""
+    sweep = finished_sweep(tmp_path / "sweep")
+    for folder, where in (
+        (sweep, "is another sweep's folder (it holds that sweep's multirun.yaml)"),
+        (sweep / "x", f"is inside another sweep's folder, {sweep} (it holds that sweep's "),
+        (sweep / "seed_1" / "x", f"is inside another run's folder, {sweep / 'seed_1'} (it "),
+    ):
+        said = refused_line(composed(SYNTHETIC, folder), folder, tmp_path)
+        assert said.startswith(f"{folder} (hydra.run.dir) {where}"), said
+        assert said.endswith(
+            "its files are left as they are; pass a hydra.run.dir outside other runs' folders"
+        )
+
+
+def test_the_folder_above_a_live_run_is_refused(tmp_path):
+    """A live run's folder before its record is written is known by its lock: a run given the
+    folder above it (or the one above that) was admitted, around the live run's files."""
+    live = tmp_path / "live" / "A"
+    holder = held_elsewhere(live)
+    try:
+        for folder in (tmp_path / "live", tmp_path):
+            said = refused_line(composed(SYNTHETIC, folder), folder, tmp_path)
+            assert said == (
+                f"{folder} (hydra.run.dir) holds another run's folder, {live} (it is in use by "
+                f"pid {holder.pid}): its files are left as they are; pass a new hydra.run.dir, "
+                "one that holds no other run's folder"
+            )
+        inside = live / "mine"
+        said = refused_line(composed(SYNTHETIC, inside), inside, tmp_path)
+        assert said.startswith(f"{inside} (hydra.run.dir) is inside another run's folder, {live}")
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_folder_holding_another_runs_checkpoint_folder_is_refused(tmp_path):
+    """A run whose checkpoints went to ``callbacks.checkpoint.dirpath=X/ck``: a run given X was
+    admitted, X/ck inside its folder. Refused; so is X/ck itself as a run folder."""
+    ck = tmp_path / "X" / "ck"
+    ck.mkdir(parents=True)
+    (ck / "last.ckpt").write_bytes(b"x")
+    folder = tmp_path / "X"
+    said = refused_line(composed(SYNTHETIC, folder), folder, tmp_path)
+    assert said.startswith(
+        f"{folder} (hydra.run.dir) holds another run's checkpoint folder, {ck} (it holds that "
+        "run's last.ckpt)"
+    )
+    said = refused_line(composed(SYNTHETIC, ck), ck, tmp_path)
+    assert said.startswith(f"{ck} (hydra.run.dir) is another run's checkpoint folder")
+
+
+def test_a_checkpoint_folder_holding_other_runs_is_refused(tmp_path):
+    """``callbacks.checkpoint.dirpath=outputs``: the run's checkpoints among the folders of the
+    runs there, and ``dirpath=<a sweep's folder>`` among its jobs."""
+    outputs = tmp_path / "outputs"
+    a_run(outputs / "2026-11-25" / "12-00-00")
+    sweep = finished_sweep(outputs / "2026-11-25" / "13-00-00")
+    run = tmp_path / "mine"
+    for dirpath, where in (
+        (outputs, f"holds another run's folder, {outputs / '2026-11-25' / '12-00-00'}"),
+        (sweep, "is another sweep's folder"),
+    ):
+        cfg = composed([*SYNTHETIC, f"callbacks.checkpoint.dirpath={dirpath}"], run)
+        said = refused_line(cfg, run, tmp_path)
+        assert said.startswith(f"{dirpath} (callbacks.checkpoint.dirpath) {where} (it holds")
+
+
+def as_sweep_job(cfg, sweep: Path):
+    """``cfg`` as a job of a sweep in ``sweep`` sees it."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.hydra.mode = "MULTIRUN"
+        cfg.hydra.sweep.dir = str(sweep)
+    return cfg
+
+
+def test_the_usual_layouts_are_admitted(tmp_path):
+    """What the project makes: runs side by side in ``outputs/<date>``, a sweep's jobs inside
+    its folder (the folder holding its multirun.yaml, its other jobs finished, its lock this
+    process's), a run continued in its own folder, a checkpoint folder inside its run folder or
+    of its own elsewhere holding its checkpoints."""
+    from multigpu.run.admission import check_apart_from_other_runs
+
+    outputs = tmp_path / "outputs" / "2026-11-25"
+    for time_of_day in ("12-00-00", "12-30-00"):
+        a_run(outputs / time_of_day)
+    beside = outputs / "13-00-00"
+    assert admitted(composed(SYNTHETIC, beside), beside).folders[RUN_FOLDER] == beside
+
+    sweep = finished_sweep(outputs / "14-00-00", jobs=("seed_1",))
+    job = sweep / "seed_2"
+    cfg = as_sweep_job(composed([*SYNTHETIC, "seed=2"], job), sweep)
+    assert admitted(cfg, job).sweep == sweep
+
+    own = a_run(tmp_path / "own")
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "last.ckpt").write_bytes(b"x")
+    for folders in (
+        {RUN_FOLDER: own},
+        {RUN_FOLDER: own, CHECKPOINT_FOLDER: own / "checkpoints"},
+        {RUN_FOLDER: own, CHECKPOINT_FOLDER: own / "elsewhere"},
+        {RUN_FOLDER: own, CHECKPOINT_FOLDER: ck},
+        {RUN_FOLDER: ck / "run", CHECKPOINT_FOLDER: ck},
+    ):
+        check_apart_from_other_runs(folders)
+
+
+def test_looking_for_other_runs_costs_the_same_among_hundreds(tmp_path, monkeypatch):
+    """A run under an ``outputs/`` of hundreds of runs looks at the folders above its own
+    only; a folder holding them stops at the first run it finds."""
+    from multigpu.run import admission
+
+    looked: list[Path] = []
+    other_run = admission.other_run
+
+    def counted(folder, *args, **kwargs):
+        looked.append(folder)
+        return other_run(folder, *args, **kwargs)
+
+    monkeypatch.setattr(admission, "other_run", counted)
+    counts = []
+    for many in (3, 300):
+        outputs = tmp_path / str(many) / "outputs"
+        for n in range(many):
+            (outputs / f"run{n:03}").mkdir(parents=True)
+            (outputs / f"run{n:03}" / "metrics.json").write_text("{}")
+        looked.clear()
+        new = outputs / "new"
+        admission.check_apart_from_other_runs({RUN_FOLDER: new})
+        counts.append(len(looked))
+        looked.clear()
+        with pytest.raises(OccupiedFolder, match=r"holds another run's folder, .*run000 "):
+            admission.check_apart_from_other_runs({RUN_FOLDER: outputs})
+        assert [f for f in looked if outputs in f.parents] == [outputs / "run000"]
+    assert counts[0] == counts[1]  # the folders above, whatever lies beside
+
+
+MARK_FILES = ["metrics.json", ".hydra", "multirun.yaml", "last.ckpt", "live"]
+NODES = ["a", "a/b", "a/b/c", "a/checkpoints", "a/d", "e"]
+TARGETS = [*NODES, "a/new", "a/b/new", "a/b/c/new", "e/new", "new"]
+
+
+def mark(folder: Path, how: str, held: list[int]) -> None:
+    """``folder`` made another's as ``how`` says: a file or folder that marks it, or its lock
+    held by an open file of its own (``flock``: no other open file may take it)."""
+    import fcntl
+
+    folder.mkdir(parents=True, exist_ok=True)
+    if how == "live":
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held.append(descriptor)
+    elif how == ".hydra":
+        (folder / how).mkdir()
+    else:
+        (folder / how).write_bytes(b"x")
+
+
+def allowed(folder: Path, how: str, written: Path, run: Path, checkpoints: Path, sweep) -> bool:
+    """Whether a mark on ``folder``, seen from the ``written`` folder, is the new run's own (its
+    record, Hydra's config and lock in its run folder; checkpoints and lock in its checkpoint
+    folders), or its sweep's folder above it."""
+    if folder == sweep and folder in written.parents:
+        return True
+    if folder == run:
+        own = ["metrics.json", ".hydra", "live", *(["last.ckpt"] if run == checkpoints else [])]
+        return how in own
+    return folder in (checkpoints, run / "checkpoints") and how in ("last.ckpt", "live")
+
+
+@examples(80)
+@given(
+    marks=st.fixed_dictionaries(
+        {node: st.sampled_from([None, None, None, *MARK_FILES]) for node in NODES}
+    ),
+    run=st.sampled_from(TARGETS),
+    checkpoints=st.sampled_from([None, "own", *TARGETS, "a/ck", "ck"]),
+    in_sweep=st.booleans(),
+)
+def test_no_folder_a_run_writes_is_inside_or_holds_another_runs(
+    tmp_path_factory, marks, run, checkpoints, in_sweep
+):
+    """Whatever folders around hold runs, sweeps, checkpoints or a live run's lock, and
+    wherever the run and its checkpoints point: refused exactly when one of them is, is inside,
+    or holds a folder so marked that is not the run's own (nor its sweep's, above it), in one
+    line naming the setting, its folder and the other's, with nothing changed on disk."""
+    from multigpu.run.admission import check_apart_from_other_runs
+
+    base = canonical(tmp_path_factory.mktemp("apart"))
+    held: list[int] = []
+    try:
+        for node, how in marks.items():
+            if how is not None:
+                mark(base / node, how, held)
+        run_folder = base / run
+        folders = {RUN_FOLDER: run_folder}
+        if checkpoints is not None:
+            folders[CHECKPOINT_FOLDER] = (
+                run_folder / "checkpoints" if checkpoints == "own" else base / checkpoints
+            )
+        sweep = run_folder.parent if in_sweep and run_folder.parent != base else None
+        own_checkpoints = folders.get(CHECKPOINT_FOLDER, run_folder / "checkpoints")
+        foreign = [
+            (folder, key, base / node)
+            for node, how in marks.items()
+            if how is not None
+            for key, folder in folders.items()
+            if related(folder, base / node)
+            and not allowed(base / node, how, folder, run_folder, own_checkpoints, sweep)
+        ]
+        before = tree(base)
+        try:
+            check_apart_from_other_runs(folders, sweep)
+        except OccupiedFolder as refused:
+            said = str(refused)
+            assert foreign and "\n" not in said and tree(base) == before
+            assert any(named(said, *pair) for pair in foreign), (said, foreign)
+            return
+        assert not foreign and tree(base) == before
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+
+
+def related(folder: Path, other: Path) -> bool:
+    """Whether one of the two folders is, or is inside, the other."""
+    return folder == other or other in folder.parents or folder in other.parents
+
+
+def named(said: str, folder: Path, key: str, other: Path) -> bool:
+    """Whether the refusal names ``folder`` by ``key`` and the other's folder as it lies."""
+    if other == folder:
+        return said.startswith(f"{folder} ({key}) is another ")
+    relation = "is inside" if other in folder.parents else "holds"
+    return said.startswith(f"{folder} ({key}) {relation} another ") and f", {other} (" in said
+
+
+@pytest.mark.subprocess
+def test_train_py_into_a_finished_sweeps_folder_is_one_line_and_writes_nothing(tmp_path):
+    """The tester's command: the run's record, checkpoint and config had gone into the sweep's
+    folder among its jobs (exit 0). Refused before anything is written."""
+    sweep = finished_sweep(tmp_path / "sweep")
+    before = tree(tmp_path)
+    refused = tiny_run(tmp_path, f"hydra.run.dir={sweep}")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert one_line(refused.stderr) == (
+        f"error: {sweep} (hydra.run.dir) is another sweep's folder (it holds that sweep's "
+        "multirun.yaml): its files are left as they are; pass a hydra.run.dir outside other "
+        "runs' folders"
+    )
+    assert tree(tmp_path) == before

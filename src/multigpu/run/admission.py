@@ -12,9 +12,12 @@ A run folder, once used, belongs to one run: another run of the same settings ma
 (a launcher's restart, a sweep run again, the same command again after an interruption), a
 run of other settings is refused, and a finished run is never overwritten or relabelled.
 Every folder the run writes in (``written_folders``: its run folder and its checkpoint folder)
-must be free of any other live run, none may be (or be inside) the folder of another run (one
-that holds another run's ``metrics.json``), and a checkpoint folder of its own choosing
-(``callbacks.checkpoint.dirpath``) that holds checkpoints must hold this run's.
+must be free of any other live run, none may be, be inside, or hold the folder of another run
+or sweep (``check_apart_from_other_runs``: one marked by a ``metrics.json``, a ``.hydra``, a
+checkpoint, a sweep's ``multirun.yaml``, or a live process's lock), and a checkpoint folder of
+its own choosing (``callbacks.checkpoint.dirpath``) that holds checkpoints must hold this
+run's. A sweep's folder lies apart from other runs' alike (``check_sweep_folder``) and holds
+one sweep, continued by its own command only (``check_same_sweep``); its jobs live inside it.
 
 A record only moves forward: a resume into a folder that holds a record of its run continues
 that record (``check_moves_forward``): an older checkpoint (``previous.ckpt``) or another run's
@@ -29,10 +32,12 @@ project's checks and locks read ``$HOME`` (``multigpu.storage.paths.canonical``)
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.computation import computation, describe, differences
@@ -42,15 +47,27 @@ from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.data.locate import check_reachable
 from multigpu.run.resume import Resume, allowed_changes, plan_init, plan_resume
 from multigpu.storage.atomic import check_creatable
-from multigpu.storage.ckpt_path import LAST
-from multigpu.storage.ownership import check_free
-from multigpu.storage.paths import canonical, is_within
+from multigpu.storage.ckpt_path import LAST, PREVIOUS
+from multigpu.storage.ownership import check_free, holder, is_free
+from multigpu.storage.paths import canonical, folders_below, is_within
 from multigpu.storage.record import agree
 from multigpu.storage.record_file import BadRecord, read_record
 
 FINISHED = ("completed", "diverged")  # running them again would give the same
 RECORD = "metrics.json"
-HYDRAS_OWN = (".hydra",)  # what Hydra writes in a run folder before the run starts (and *.log)
+HYDRA = ".hydra"  # Hydra's copy of a run's config, written before the run starts
+HYDRAS_OWN = (HYDRA,)  # what Hydra writes in a run folder before the run starts (and *.log)
+SWEEP_RECORD = "multirun.yaml"  # a sweep's config, written in its folder as it starts
+MARKS = {  # what marks a folder as a run's, a sweep's or a run's checkpoint folder
+    RECORD: "run",
+    HYDRA: "run",
+    SWEEP_RECORD: "sweep",
+    LAST: "checkpoints",
+    PREVIOUS: "checkpoints",
+}
+NOT_CHECKPOINTS = tuple(name for name, kind in MARKS.items() if kind != "checkpoints")
+SCAN_DEPTH = 4  # levels looked into: a runs_dir's runs are 2 down (<date>/<time>), sweep jobs 3
+SCAN_LIMIT = 1000  # folders looked into at most
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
 CHECKPOINT_FOLDER = "callbacks.checkpoint.dirpath"
@@ -70,6 +87,7 @@ class Admission:
     folders: dict[str, Path] = field(default_factory=dict)  # written_folders: the run owns them
     recorded: list[dict[str, Any]] = field(default_factory=list)  # the folder's record's history
     marks: tuple = ()  # folder_marks when admission read the folders (``check_unchanged``)
+    sweep: Path | None = None  # the folder of the sweep it is a job of (``sweep_folder``)
 
     @property
     def ckpt_path(self) -> Path | None:
@@ -105,11 +123,11 @@ def admit(
             f"resume_changes={allowed} without ckpt_path: it allows changes to a resumed run; "
             "pass ckpt_path=<file> or drop resume_changes"
         )
-    folders = written_folders(cfg, output_dir)
+    folders, sweep = written_folders(cfg, output_dir), sweep_folder(cfg)
     marks = folder_marks(folders)  # before anything is read of them
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
-        check_outside_other_runs(folders)
+        check_apart_from_other_runs(folders, sweep)
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -120,7 +138,7 @@ def admit(
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
         check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
-    fresh = Admission(run, settings, folders=folders, marks=marks)
+    fresh = Admission(run, settings, folders=folders, marks=marks, sweep=sweep)
     admission = starting_point(cfg, fresh, allowed, own, rank_zero)
     if rank_zero:  # what only Lightning refuses, once everything checked before torch passed
         from multigpu.run.lightning_arguments import check_trainer_arguments
@@ -144,15 +162,21 @@ def folder_marks(folders: dict[str, Path]) -> tuple:
 
 
 def check_unchanged(admission: Admission) -> None:
-    """Once the run owns its folders: they hold what admission read. Another run may have
-    written there between the two (admitted into a folder no one held yet, or a sweep's job
-    admitted when the sweep started), and what was decided from them no longer holds."""
-    if admission.folders and folder_marks(admission.folders) != admission.marks:
+    """Once the run owns its folders: they hold what admission read, and still lie apart from
+    other runs' folders. Another run may have written there between the two (admitted into a
+    folder no one held yet, or a sweep's job admitted when the sweep started), or taken a
+    folder around or inside one of them (two runs admitted at once, neither's folder locked
+    yet): what was decided from them no longer holds. Each run looks once it holds its locks,
+    so of two such runs the later one sees the earlier's lock."""
+    if not admission.folders:
+        return
+    if folder_marks(admission.folders) != admission.marks:
         raise OccupiedFolder(
             f"{admission.folders[RUN_FOLDER]} changed while this run was being checked (another "
             "run wrote its record or checkpoint there): it is left as it is; run the command "
             "again, or pass another hydra.run.dir"
         )
+    check_apart_from_other_runs(admission.folders, admission.sweep)
 
 
 def starting_point(
@@ -221,11 +245,19 @@ def check_hydra_folder(cfg: DictConfig, output_dir: str | Path | None) -> None:
     project's code runs, as spelt. A ``~`` at its start would make a folder named ``~`` in the
     working folder, while every check, lock and write of the project reads the folder as
     ``$HOME``'s (``canonical``): refused, naming the setting that spelt it. A sweep checks its
-    folder once, as it starts (``output_dir`` None)."""
+    folder once, as it starts (``output_dir`` None), where it lies too (``check_sweep_folder``)."""
     hydra = cfg.get("hydra") if isinstance(cfg, DictConfig) else None
     spelt = [] if output_dir is None else [("hydra.run.dir", str(output_dir))]
     if hydra is not None and hydra.get("mode") is not None and str(hydra.mode).endswith("MULTIRUN"):
         spelt.append(("hydra.sweep.dir", str(hydra.sweep.dir)))
+    check_no_tilde(cfg, spelt)
+    sweep_dir = dict(spelt).get("hydra.sweep.dir")
+    if output_dir is None and sweep_dir is not None:
+        check_sweep_folder(sweep_dir)
+
+
+def check_no_tilde(cfg: DictConfig, spelt: list[tuple[str, str]]) -> None:
+    """Each folder Hydra makes, by the setting that spelt it, starts with no ``~``."""
     runs_dir = str((cfg.get("paths") or {}).get("runs_dir", ""))
     for key, value in spelt:
         if not value.startswith("~"):
@@ -240,26 +272,204 @@ def check_hydra_folder(cfg: DictConfig, output_dir: str | Path | None) -> None:
         )
 
 
-def check_outside_other_runs(folders: dict[str, Path]) -> None:
-    """No folder the run writes in is, or is inside, the folder of another run (one that holds
-    a ``metrics.json`` other than this run's own): a checkpoint folder pointed at another run's
-    folder or its ``checkpoints`` would overwrite its files, with two owners of one folder."""
+@dataclass(frozen=True)
+class OtherRun:
+    """The folder of another run or sweep, and what shows it is one."""
+
+    folder: Path
+    kind: str  # "run", "sweep" or "checkpoints": whose folder it is
+    shown_by: str  # the file that marks it, or the live process holding its lock
+
+    def described(self) -> str:
+        return {
+            "run": "another run's folder",
+            "sweep": "another sweep's folder",
+            "checkpoints": "another run's checkpoint folder",
+        }[self.kind]
+
+
+def other_run(
+    folder: Path, names: tuple[str, ...] = tuple(MARKS), locked: bool = True
+) -> OtherRun | None:
+    """``folder`` as another run's or sweep's folder, if one of ``names`` marks it (``MARKS``)
+    or, with ``locked``, another process holds its lock (a live run that has not written its
+    record yet); None if nothing does."""
+    for name in names:
+        if os.path.lexists(folder / name):
+            owner = "sweep" if MARKS[name] == "sweep" else "run"
+            return OtherRun(folder, MARKS[name], f"it holds that {owner}'s {name}")
+    if locked and not is_free(folder):
+        return OtherRun(folder, "run", f"it is in use by {holder(folder)}")
+    return None
+
+
+def check_apart_from_other_runs(folders: dict[str, Path], sweep: Path | None = None) -> None:
+    """No folder the run writes in is, is inside, or holds the folder of another run or sweep
+    (``other_run``): two owners of one folder, or of folders one inside the other, would
+    overwrite each other's files, and a sweep's report or ``tensorboard --logdir`` over one
+    would take in the other's runs. The run's own folders may lie one inside the other (its
+    ``checkpoints``), and a job of a sweep (``sweep``: its folder) lives inside the sweep's
+    folder, which holds its jobs. Looking inside a folder is bounded (``SCAN_DEPTH``,
+    ``SCAN_LIMIT``) and stops at the first run found, so a run among hundreds of others in
+    ``outputs/`` pays only for the folders above it."""
     run_folder = folders[RUN_FOLDER]
+    own = {folder: NOT_CHECKPOINTS for folder in (*folders.values(), run_folder / "checkpoints")}
+    own[run_folder] = ()  # its record and .hydra: folder_state's; multirun.yaml: other_itself's
     for key, folder in folders.items():
-        start = folder.parent if key == RUN_FOLDER else folder  # its own record: folder_state's
-        for candidate in (start, *start.parents):
-            if candidate == run_folder:
-                break  # inside this run's own folder
-            if os.path.lexists(candidate / RECORD):
-                where = (
-                    "another run's folder"
-                    if candidate == folder
-                    else f"inside another run's folder, {candidate}"
-                )
-                raise OccupiedFolder(
-                    f"{folder} ({key}) is {where} (it holds that run's {RECORD}): its files are "
-                    f"left as they are; pass a {key} outside other runs' folders"
-                )
+        found = (
+            other_itself(key, folders)
+            or other_above(folder, run_folder, own, sweep)
+            or other_below(folder, own)
+        )
+        if found is not None:
+            raise apart_refusal(key, folder, found)
+
+
+def check_sweep_folder(spelt: str) -> None:
+    """A sweep's folder, as the sweep starts, under the rule of ``check_apart_from_other_runs``:
+    not a run's folder, not inside another run's or sweep's, and holding no run unless it is a
+    sweep's folder already (its ``multirun.yaml``: whether this sweep continues it is
+    ``check_same_sweep``'s, once its jobs are checked). An empty folder or one above the
+    working folder is refused as named (``multigpu.run.preflight.check_creatable_folder``)."""
+    folder = canonical(spelt) if spelt.strip() else None
+    if folder is None or folder in canonical(Path.cwd()).parents:
+        return
+    runs_own = tuple(name for name, kind in MARKS.items() if kind != "sweep")
+    found = other_run(folder, runs_own, locked=False) or other_above(folder)
+    if found is None and not os.path.lexists(folder / SWEEP_RECORD):
+        found = other_below(folder)
+    if found is not None:
+        raise apart_refusal("hydra.sweep.dir", folder, found)
+
+
+def other_itself(key: str, folders: dict[str, Path]) -> OtherRun | None:
+    """The folder itself as another's, by the marks that are not this run's own there: a run
+    folder that holds a sweep's ``multirun.yaml``, or checkpoints but no record and no
+    checkpoint folder of this run; a checkpoint folder that holds a run's record or ``.hydra``,
+    or a sweep's ``multirun.yaml``. A record in the run folder is ``folder_state``'s, a lock
+    ``check_free``'s, checkpoints in the checkpoint folder ``check_checkpoint_folder``'s."""
+    folder, run_folder = folders[key], folders[RUN_FOLDER]
+    if key == RUN_FOLDER:
+        names: tuple[str, ...] = (SWEEP_RECORD,)
+        if folder != checkpoint_folder(folders) and not os.path.lexists(folder / RECORD):
+            names += (LAST, PREVIOUS)
+    elif folder == run_folder:
+        return None
+    else:
+        names = (RECORD, HYDRA, SWEEP_RECORD)
+    return other_run(folder, names, locked=False)
+
+
+def other_above(
+    folder: Path,
+    stop: Path | None = None,
+    own: Mapping[Path, tuple[str, ...]] | None = None,
+    sweep: Path | None = None,
+) -> OtherRun | None:
+    """The nearest run's or sweep's folder above ``folder``, else the nearest checkpoint
+    folder (one inside a run's folder is named by that run's). The run's own folder ends the
+    search (``stop``: the folders above it are its own to check); its sweep's folder is passed,
+    and its other folders are another's only by the marks ``own`` gives them."""
+    checkpoints = None
+    for candidate in folder.parents:
+        if candidate == stop:
+            break
+        if candidate == sweep:
+            continue
+        found = other_run(candidate, *own_marks(candidate, own))
+        if found is not None and found.kind != "checkpoints":
+            return found
+        checkpoints = checkpoints or found
+    return checkpoints
+
+
+def other_below(folder: Path, own: Mapping[Path, tuple[str, ...]] | None = None) -> OtherRun | None:
+    """The first folder inside ``folder`` (nearest first) that is another's, within
+    ``SCAN_DEPTH`` levels and ``SCAN_LIMIT`` folders. The run's own folders there (its
+    ``checkpoints``) are looked into, and are another's only by the marks ``own`` gives them."""
+    for inside in folders_below(folder, SCAN_DEPTH, SCAN_LIMIT):
+        found = other_run(inside, *own_marks(inside, own))
+        if found is not None:
+            return found
+    return None
+
+
+def own_marks(
+    folder: Path, own: Mapping[Path, tuple[str, ...]] | None
+) -> tuple[tuple[str, ...], bool]:
+    """The marks, and whether its lock, make ``folder`` another's (``other_run``'s arguments):
+    one of the run's own folders (``own``) is another's only by the marks given for it (its
+    checkpoints, and its lock, are the run's); any other folder by any mark or a lock."""
+    if own is not None and folder in own:
+        return own[folder], False
+    return tuple(MARKS), True
+
+
+def apart_refusal(key: str, folder: Path, found: OtherRun) -> OccupiedFolder:
+    """The one line refusing ``folder`` (named by ``key``) for ``found``, with the way on."""
+    if found.folder == folder:
+        where, fix = f"is {found.described()}", f"pass a {key} outside other runs' folders"
+    elif found.folder in folder.parents:
+        where = f"is inside {found.described()}, {found.folder}"
+        fix = f"pass a {key} outside other runs' folders"
+    else:
+        where = f"holds {found.described()}, {found.folder}"
+        fix = f"pass a new {key}, one that holds no other run's folder"
+    return OccupiedFolder(
+        f"{folder} ({key}) {where} ({found.shown_by}): its files are left as they are; {fix}"
+    )
+
+
+def sweep_folder(cfg: DictConfig) -> Path | None:
+    """The folder of the sweep whose job this run is (None for a run of its own): from the
+    config when composed with Hydra's, else from the running app."""
+    hydra = cfg.get("hydra") if "hydra" in cfg else None
+    if hydra is None and HydraConfig.initialized():
+        hydra = HydraConfig.get()
+    if hydra is None or not str(hydra.get("mode")).endswith("MULTIRUN"):
+        return None
+    return canonical(str(hydra.sweep.dir))
+
+
+def check_same_sweep(config: DictConfig) -> None:
+    """A folder that holds a sweep's ``multirun.yaml`` is that sweep's: the same command
+    continues it (docs/sweeps.md, "Running a sweep again"), and any other sweep is refused.
+    Its jobs would join the first sweep's in one report, and Hydra would replace the first
+    sweep's ``multirun.yaml``, the one record of what it ran, with its own. The same command is
+    the same task overrides and ``hydra.sweeper.params``; a launcher's settings may change."""
+    folder = canonical(str(config.hydra.sweep.dir))
+    path = folder / SWEEP_RECORD
+    if not os.path.lexists(path):
+        return
+    try:
+        first = swept(OmegaConf.load(path))
+    except Exception as err:  # noqa: BLE001 - whatever the file holds, it is not replaced
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise OccupiedFolder(
+            f"{path} cannot be read ({reason[:200]}): that sweep's folder is left as it is; "
+            "pass another hydra.sweep.dir"
+        ) from None
+    now = swept(config)
+    if now != first:
+        raise OccupiedFolder(
+            f"{folder} (hydra.sweep.dir) holds another sweep, {sweep_shown(*first, now[0])} (its "
+            f"{SWEEP_RECORD}): its jobs and files are left as they are; pass another "
+            "hydra.sweep.dir (to continue that sweep: its own command again)"
+        )
+
+
+def swept(config: DictConfig) -> tuple[list[Any], Any]:
+    """What a sweep runs: its task overrides and its sweeper's ``params``, as given."""
+    hydra = config.hydra
+    params = hydra.sweeper.get("params") if hydra.get("sweeper") is not None else None
+    return list(container(hydra.overrides.task) or []), container(params) or {}
+
+
+def sweep_shown(task: list[Any], params: Any, task_now: list[Any]) -> str:
+    """The first sweep, by what differs: its overrides, or else its sweeper's params."""
+    if task != task_now or not params:
+        return f"started with {' '.join(map(str, task)) or 'no overrides'}"
+    return f"whose hydra.sweeper.params were {params}"
 
 
 def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:

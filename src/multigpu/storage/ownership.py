@@ -3,7 +3,10 @@
 it ends (a SIGKILL included), so a dead run never leaves its folder held, and no lock file is
 left behind. A run owns its run folder and its checkpoint folder, a sweep its sweep folder
 (``multigpu.run.admission.written_folders`` names them); a folder is known by its canonical
-path (``multigpu.storage.paths``), so that no spelling of it escapes its lock.
+path (``multigpu.storage.paths``), so that no spelling of it escapes its lock. A lock holds one
+folder, not the folders inside it: that no run's folder lies inside or around another run's is
+admission's to check (``multigpu.run.admission.check_apart_from_other_runs``, which takes a
+held lock below or above a run's folders as another run's folder).
 
 Only the run's rank zero owns its folders: the other processes of a DDP run (Lightning's
 relaunched ranks, torchrun's and srun's tasks) write nothing there. Torch-free.
