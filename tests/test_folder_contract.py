@@ -1,8 +1,11 @@
-"""Four breaks of the folder contract a tester found, each a named ``train.py`` case and a
+"""Breaks of the folder contract a tester found, each a named ``train.py`` case and a
 generated one: a record never moves backwards (a resume from an older checkpoint into its own
 run folder), the folder a run checks and locks is the folder it writes (a ``~``), every folder
-a run writes has one owner (a checkpoint folder in another run's folder), and a run stopped by
-two signals records and exits with the same one (the first)."""
+a run writes has one owner (a checkpoint folder in another run's folder), a run stopped by
+two signals records and exits with the same one (the first), a run's folders lie apart from
+other runs' (neither inside one nor around one: a finished sweep's folder, the folder above a
+live run), and a sweep's folder holds one sweep (a second sweep had replaced its
+multirun.yaml)."""
 
 from __future__ import annotations
 
@@ -902,3 +905,89 @@ def test_train_py_into_a_finished_sweeps_folder_is_one_line_and_writes_nothing(t
         "runs' folders"
     )
     assert tree(tmp_path) == before
+
+
+# 6. A sweep's folder holds one sweep --------------------------------------------------------
+def as_sweep(overrides: list[str], folder: Path):
+    """The config of ``train.py -m <overrides> hydra.sweep.dir=<folder>`` as the sweep starts."""
+    from omegaconf import open_dict
+
+    cfg = as_sweep_job(composed(SYNTHETIC), folder)  # a swept value is not composed: its jobs are
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = [*SYNTHETIC, *overrides]
+    return cfg
+
+
+def test_a_sweep_folder_inside_or_holding_other_runs_is_refused_as_the_sweep_starts(tmp_path):
+    """``hydra.sweep.dir=outputs`` put the sweep's jobs among the runs there and its report over
+    all of them; one at a run's folder, or inside one, put its jobs in that run's. Refused once,
+    as the sweep starts; a new folder, or a sweep's own (whether this sweep's: below), is not."""
+    outputs = tmp_path / "outputs"
+    run = a_run(outputs / "2026-11-25" / "12-00-00")
+    for folder, where in (
+        (outputs, f"holds another run's folder, {run}"),
+        (run, "is another run's folder"),
+        (run / "sweep", f"is inside another run's folder, {run}"),
+    ):
+        with pytest.raises(OccupiedFolder) as refused:
+            check_hydra_folder(as_sweep(["seed=1,2"], folder), None)
+        assert str(refused.value).startswith(f"{folder} (hydra.sweep.dir) {where} (it holds ")
+    for folder in (outputs / "2026-11-25" / "13-00-00", finished_sweep(tmp_path / "sweep")):
+        check_hydra_folder(as_sweep(["seed=1,2"], folder), None)
+
+
+def test_a_second_sweep_into_a_sweeps_folder_is_refused_and_its_own_command_continues(
+    tmp_path, capsys
+):
+    """A second sweep with the same ``hydra.sweep.dir`` and other overrides replaced the first
+    sweep's multirun.yaml (the record of what it ran) and joined its jobs in one report. Now it
+    is refused in one line naming the first sweep's command, nothing changed; the first
+    sweep's own command continues it (docs/sweeps.md), its multirun.yaml kept as it was."""
+    from multigpu.run.sweep import own_sweep_folder
+
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    first = as_sweep(["seed=1,2"], folder)
+    own_sweep_folder(first)  # a new sweep marks its folder as its own
+    recorded = (folder / "multirun.yaml").read_text()
+    (folder / "seed_1").mkdir()
+    (folder / "seed_1" / "metrics.json").write_text("{}")
+    before = tree(folder)
+    for other in (["seed=3,4"], ["seed=1,2", "model.optimizer.lr=0.3"], ["seed=2,1"]):
+        with pytest.raises(SystemExit) as stop:
+            own_sweep_folder(as_sweep(other, folder))
+        assert stop.value.code == 2
+        assert one_line(capsys.readouterr().err) == (
+            f"error: {folder} (hydra.sweep.dir) holds another sweep, started with "
+            f"{' '.join([*SYNTHETIC, 'seed=1,2'])} (its multirun.yaml): its jobs and files are "
+            "left as they are; pass another hydra.sweep.dir (to continue that sweep: its own "
+            "command again)"
+        )
+        assert tree(folder) == before
+    own_sweep_folder(as_sweep(["seed=1,2"], folder))
+    assert (folder / "multirun.yaml").read_text() == recorded and tree(folder) == before
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_second_sweep_in_the_same_folder_leaves_the_first_as_it_was(tmp_path):
+    """End to end: a sweep, then another with other overrides into its folder (it had run,
+    replacing multirun.yaml and the report), then the first sweep's command again (it
+    continues: its jobs finished, nothing is trained, multirun.yaml as it was)."""
+    sweep = tmp_path / "sweep"
+    command = ["-m", "seed=1,2", f"hydra.sweep.dir={sweep}"]
+    first = tiny_run(tmp_path, *command)
+    assert first.returncode == 0, first.stderr[-3000:]
+    recorded = tree(sweep)
+    other = tiny_run(tmp_path, "-m", "seed=3,4", f"hydra.sweep.dir={sweep}")
+    assert other.returncode == 2, other.stderr[-3000:]
+    assert one_line(other.stderr).startswith(
+        f"error: {sweep} (hydra.sweep.dir) holds another sweep, started with "
+    )
+    assert tree(sweep) == recorded
+    again = tiny_run(tmp_path, *command)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"{sweep / 'seed_1'} already holds this run" in again.stdout + again.stderr
+    assert (sweep / "multirun.yaml").read_bytes() == recorded["multirun.yaml"]
+    for job in ("seed_1", "seed_2"):
+        assert (sweep / job / "metrics.json").read_bytes() == recorded[f"{job}/metrics.json"]

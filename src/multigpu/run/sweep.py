@@ -19,13 +19,15 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.callbacks.interrupts import defer_stop, deferred_stop
-from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError
+from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError, message
 from multigpu.config.job_names import share_swept_keys
 from multigpu.config.launch import stop_signals
+from multigpu.run.admission import SWEEP_RECORD, check_same_sweep
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
 from multigpu.run.training import started_in
+from multigpu.storage.atomic import write_atomically
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record_file import records_below
 
@@ -58,9 +60,13 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
 
 class SweepReport(Callback):
     """Names the jobs' folders by what the sweep varies; writes and prints the sweep summary
-    when the multirun ends; exits 1 when a job did not complete."""
+    when the multirun ends; exits 1 when a job did not complete. The report covers every job
+    in the sweep's folder, so the folder holds one sweep: another is refused as it starts."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from multigpu.run.preflight import guarded
+
+        guarded(own_sweep_folder)(config)
         share_swept_keys(config)
         stop_between_jobs()
 
@@ -83,6 +89,22 @@ class SweepReport(Callback):
         if failed:
             print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)
             sys.exit(1)
+
+
+def own_sweep_folder(config: DictConfig) -> None:
+    """After ``Preflight`` admitted every job (a job that would take another's folder is named
+    there): a folder holding another sweep is refused in one line, exit 2; one holding none is
+    marked as this sweep's (``multirun.yaml``, which Hydra's basic sweeper writes next and
+    another sweeper may not), so that no other sweep or run takes it."""
+    from multigpu.run.preflight import refuse
+
+    try:
+        check_same_sweep(config)
+    except UserError as err:
+        refuse(message(err), err.exit_code)
+    record = Path(str(config.hydra.sweep.dir)) / SWEEP_RECORD
+    if not record.exists():
+        write_atomically(record, OmegaConf.to_yaml(config))
 
 
 def stop_between_jobs() -> None:
