@@ -5,7 +5,8 @@ with Hydra's files and no ``metrics.json``; a SIGTERM while ``train`` set up the
 exited 130, its reason carrying OmegaConf's key. Now the sweep stops with one line and
 128 + the signal's number, the jobs that ran stay as they ended, the next job has no folder
 or an ``interrupted`` record of its settings (as a single run stopped while Hydra sets it up),
-and the sweep's command run again runs the jobs left."""
+and the sweep's command run again runs the jobs left. ``eval.py``'s block stops on the same
+``Ending``."""
 
 from __future__ import annotations
 
@@ -203,13 +204,31 @@ def test_a_signal_that_admission_turns_into_a_refusal_is_still_the_runs_ending(
 def test_a_stop_re_raised_by_omegaconf_ends_the_run_by_its_signal():
     """OmegaConf re-raises an exception raised inside it as a new one of its type: a SIGTERM's
     ``Interrupted`` came out with the node's key in its message and exit 130."""
-    from multigpu.run.training import by_first_signal
-
-    ending = interrupts.Ending(())
-    ending.note(signal.SIGTERM)
     wrapped = Interrupted("interrupted by SIGTERM\n    full_key: callbacks.checkpoint")
-    ended = by_first_signal(wrapped, ending)
+    ended = interrupts.by_first_signal(wrapped, signal.SIGTERM)
     assert isinstance(ended, Interrupted) and ended.exit_code == 143
     assert str(ended) == "interrupted by SIGTERM"
     kept = Interrupted("interrupted by SIGTERM; resume with ...", 143)
-    assert by_first_signal(kept, ending) is kept
+    assert interrupts.by_first_signal(kept, signal.SIGTERM) is kept
+    failed = UserError("a value")
+    assert interrupts.by_first_signal(failed, signal.SIGTERM) is failed
+
+
+def test_an_evaluation_stopped_by_a_signal_ignores_later_ones_from_exit_on(handlers, monkeypatch):
+    """``sigterm_interrupts`` (``eval.py``) is the run's ``Ending``: the first signal stops the
+    block, a later one in it is ignored, the handlers before it are back after it, and from
+    the interpreter's exit on later signals are ignored (Ctrl-C then SIGTERM had ended
+    ``eval.py`` with -15 after its line said SIGINT)."""
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    at_exit = []
+    monkeypatch.setattr(interrupts.atexit, "register", lambda *hook: at_exit.append(hook))
+    with pytest.raises(KeyboardInterrupt), interrupts.sigterm_interrupts():
+        try:
+            signal.getsignal(signal.SIGINT)(signal.SIGINT, None)
+        finally:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # ignored: not the first
+    assert interrupts.stop_signal(signal.SIGTERM) == signal.SIGTERM  # the block has ended
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before
+    ((hook, *arguments),) = at_exit
+    hook(*arguments)
+    assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)

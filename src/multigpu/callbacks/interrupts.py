@@ -1,12 +1,12 @@
 """Ctrl-C, SIGTERM, SIGHUP and SIGUSR1/2 outside Lightning's own handling.
 
 Before training (data preparation, building the network) SIGTERM would kill the run without a
-word, leaving its record ``running`` and a half-written file: ``sigterm_interrupts`` makes it
+word, leaving its record ``running`` and a half-written file: the run's ``Ending`` makes it
 raise ``Interrupted`` there, so the run records how it ended and removes the file it was
 writing; while Lightning trains, its own handler (which calls this one too) stops after the
-current step. Once training is over, the run has completed and its last checkpoint is
-written, so a signal during what follows (drawing the test figures) skips that work, says so,
-and leaves the run completed.
+current step. ``eval.py`` stops the same way (``sigterm_interrupts``). Once training is over,
+the run has completed and its last checkpoint is written, so a signal during what follows
+(drawing the test figures) skips that work, says so, and leaves the run completed.
 
 SIGHUP, which a closed terminal sends the jobs it started, and SIGUSR1/2 outside SLURM
 (``multigpu.config.launch.stop_signals``) are stops like SIGTERM (their default would end the
@@ -33,6 +33,7 @@ from typing import Any
 
 from multigpu.config.errors import Interrupted
 from multigpu.config.launch import stop_signals
+from multigpu.storage.outcome import outcome_of
 
 
 class _Skip(Exception):
@@ -46,41 +47,24 @@ def after_training_notice(signal_name: str, skipped: str) -> str:
     )
 
 
-_handed_over: list[signal.Signals] = []  # what Lightning's SIGTERM handling stops for
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    sigterm = signal.getsignal(signal.SIGTERM)
-    if sigterm is _interrupt or not callable(sigterm):  # Lightning is not training
-        name = signal.Signals(signum).name
-        raise Interrupted(f"interrupted by {name}", 128 + signum)
-    if signum == signal.SIGTERM:
-        return  # called by Lightning's handler, which stops training after the current step
-    _handed_over.append(signal.Signals(signum))
-    sigterm(signal.SIGTERM, frame)  # Lightning's, or skipped_on_signal's once training is over
-
-
 def stop_signal(default: signal.Signals) -> signal.Signals:
-    """The signal that Lightning's SIGTERM handling stopped for: a SIGHUP (or SIGUSR1/2) handed
-    to it, or ``default`` (SIGTERM)."""
-    return _handed_over[0] if _handed_over else default
+    """The signal that Lightning's SIGTERM handling stopped for: the run's first stop signal
+    (a SIGHUP or SIGUSR1/2 handed to it by ``Ending``), or ``default`` (SIGTERM)."""
+    return run_stop_signal() or default
 
 
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
-    """Every signal that would end the run (``multigpu.config.launch.stop_signals``: SIGTERM,
-    SIGHUP, and SIGUSR1/2 outside SLURM) raises ``Interrupted`` in the block (the main
-    thread's), as Ctrl-C raises: the run ends recorded, with its checkpoint."""
-    if threading.current_thread() is not threading.main_thread():
+    """``Ending``'s handling for a block that is not a training run (``eval.py``): Ctrl-C and
+    every signal that would end the process (``multigpu.config.launch.stop_signals``: SIGTERM,
+    SIGHUP, and SIGUSR1/2 outside SLURM) stop it, ``Interrupted`` with 128 + the signal's
+    number (Ctrl-C: ``KeyboardInterrupt``), or handed to Lightning's SIGTERM handling while
+    Lightning runs; the first is the ending. The handlers before it are back once the block
+    has ended, however it ended: its caller says how, in one line."""
+    with one_ending(until_exit=False) as ending:
+        if ending is not None:
+            ending.armed = True
         yield
-        return
-    _handed_over.clear()
-    previous = {s: signal.signal(s, _interrupt) for s in stop_signals(os.environ)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 @contextmanager
@@ -182,23 +166,39 @@ def note_stop_signal(signum: int) -> signal.Signals:
     return _ending.note(signum) if _ending is not None else signal.Signals(signum)
 
 
-def ignored_until_exit(signums: tuple[signal.Signals, ...]) -> None:
-    """At exit, after the run stopped for a signal: Python puts the default action back for a
-    signal it handles while it finalizes, so a later one would still end the process by it
-    (SIGTERM: status -15, the record saying SIGINT); the OS ignores them instead."""
-    if _ending is not None and _ending.first is not None:
+def by_first_signal(error: BaseException, first: signal.Signals | None) -> BaseException:
+    """The exception a block stopped by a signal ends with: ``first``'s (the first stop signal
+    to come). The signal's ``Interrupted`` can change on its way out: OmegaConf re-raises an
+    exception raised inside it (a signal while Hydra instantiates a part) as a new one of its
+    type, with the node's key in its message and the default exit status, 130 for SIGTERM's
+    143. Any other error is ``error`` itself."""
+    outcome = outcome_of(error)
+    if first is None or outcome.status != "interrupted" or outcome.exit_code == 128 + first:
+        return error
+    return Interrupted(f"interrupted by {first.name}", 128 + first)
+
+
+def ignored_until_exit(signums: tuple[signal.Signals, ...], ending: Ending | None = None) -> None:
+    """At exit, after the run (or ``ending``'s block) stopped for a signal: Python puts the
+    default action back for a signal it handles while it finalizes, so a later one would still
+    end the process by it (SIGTERM: status -15, the record saying SIGINT); the OS ignores them
+    instead."""
+    stopped = ending or _ending
+    if stopped is not None and stopped.first is not None:
         for signum in signums:
             signal.signal(signum, signal.SIG_IGN)
 
 
 @contextmanager
-def one_ending() -> Iterator[Ending | None]:
+def one_ending(until_exit: bool = True) -> Iterator[Ending | None]:
     """The run's ``Ending`` for the block, whose first signal is one kept for the run while it
     was set up (``defer_stop``), if any. Once a signal has stopped the run (the block ends by
     its exception), its handler stays (every later signal ignored) until the process exits,
     finalization included. Otherwise the handlers before it return, also after a signal that
     only skipped the work after the last epoch: the run completed, and a sweep's next jobs and
-    its report answer the next signal as usual."""
+    its report answer the next signal as usual. ``until_exit`` false (``sigterm_interrupts``):
+    the handlers before it return however the block ends, and after a stop, later signals are
+    ignored from the interpreter's exit on."""
     global _ending
     if threading.current_thread() is not threading.main_thread():
         yield None  # signal handlers can only be set from the main thread
@@ -206,7 +206,7 @@ def one_ending() -> Iterator[Ending | None]:
     ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
     if _deferred:  # came while the run was being set up: its first signal
         ending.note(_deferred[0])
-    ending.install()  # first: the handlers sigterm_interrupts puts back when it ends
+    ending.install()
     _ending = ending
     stopped = False
     try:
@@ -218,8 +218,8 @@ def one_ending() -> Iterator[Ending | None]:
         ending.armed = False
         _deferred.clear()  # taken by this run (also one deferred while its handler was set)
         if stopped:
-            atexit.register(ignored_until_exit, ending.signums)
-        else:
+            atexit.register(ignored_until_exit, ending.signums, ending)
+        if not (stopped and until_exit):
             _ending = None
             for signum, handler in ending.previous.items():
                 signal.signal(signum, handler)

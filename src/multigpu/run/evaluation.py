@@ -56,6 +56,22 @@ def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
+    """The checkpoint's test accuracy (``measured``). Stopped by a signal (``eval.py`` runs it
+    under ``sigterm_interrupts``), it ends by the first signal that came, with 128 + its number,
+    whatever the signal's exception became on its way out."""
+    from multigpu.callbacks.interrupts import by_first_signal, run_stop_signal
+
+    try:
+        return measured(cfg)
+    except BaseException as error:
+        stopped = by_first_signal(error, run_stop_signal())
+        if stopped is error:
+            raise
+        raise stopped from None
+
+
+def measured(cfg: DictConfig) -> dict[str, Any]:
+    """Check the path and the settings, rebuild the network and run Lightning's test loop."""
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise UserError(
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "
@@ -75,7 +91,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     import pytorch_lightning as pl  # the checks passed: now the heavy part
     import torch
 
-    from multigpu.callbacks.interrupts import stop_signal
+    from multigpu.callbacks.interrupts import run_stop_signal
     from multigpu.callbacks.process_setup import EveryProcess
     from multigpu.run.build import build
     from multigpu.storage.checkpoint import classifier
@@ -113,7 +129,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     except SystemExit:  # Lightning's answer to Ctrl-C (exit 1) and SIGTERM (exit 0): no result
         if not trainer.interrupted:
             raise
-        signum = stop_signal(signal.SIGTERM) if trainer.received_sigterm else signal.SIGINT
+        # The first stop signal (a SIGTERM during Lightning's answer to Ctrl-C sets
+        # received_sigterm too): multigpu.callbacks.interrupts.Ending
+        signum = run_stop_signal() or (
+            signal.SIGTERM if trainer.received_sigterm else signal.SIGINT
+        )
         raise Interrupted(
             f"interrupted by {signum.name}: no test accuracy was measured", 128 + signum
         ) from None

@@ -24,7 +24,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
-from multigpu.callbacks.interrupts import Ending, one_ending, sigterm_interrupts
+from multigpu.callbacks.interrupts import Ending, by_first_signal, one_ending
 from multigpu.config.computation import computation
 from multigpu.config.errors import (
     Interrupted,
@@ -194,7 +194,7 @@ def train(cfg: DictConfig) -> dict[str, Any]:
         try:
             completed = admitted_run(cfg, output_dir, started, ending)
         except BaseException as error:
-            stopped = by_first_signal(error, ending)
+            stopped = by_first_signal(error, ending.first if ending else None)
             if stopped is error:
                 raise
             raise stopped from error
@@ -206,18 +206,6 @@ def started_in(folder: str | Path) -> bool:
     """Whether ``train`` has started the run of this folder in this process: from then on its
     own handlers answer a stop signal, and it records how the run ended."""
     return canonical(folder) in _started
-
-
-def by_first_signal(error: BaseException, ending: Ending | None) -> BaseException:
-    """The exception an interrupted run ends with: the first stop signal's. The signal's
-    ``Interrupted`` can change on its way out: OmegaConf re-raises an exception raised inside
-    it (a signal while Hydra instantiates the run's parts) as a new one of its type, with the
-    node's key in its message and the default exit status, 130 for SIGTERM's 143."""
-    first = ending.first if ending is not None else None
-    outcome = outcome_of(error)
-    if first is None or outcome.status != "interrupted" or outcome.exit_code == 128 + first:
-        return error
-    return Interrupted(f"interrupted by {first.name}", 128 + first)
 
 
 def stop_sweep_after(cfg: DictConfig, output_dir: Path, ending: Ending | None) -> None:
@@ -259,9 +247,6 @@ def admitted_run(
             if is_rank_zero():
                 held.enter_context(owning(admission.folders))
                 owned = True
-            held.enter_context(sigterm_interrupts())
-            if ending is not None:  # over sigterm_interrupts' own, which it puts back
-                ending.install()
             _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer now
             record = claimed_record(cfg, output_dir, admission, started)
         except BaseException as error:
@@ -275,7 +260,7 @@ def admitted_run(
             fit(cfg, admission, record, output_dir)
             check_trained(record)
         except BaseException as error:
-            finish(record, by_first_signal(error, ending))
+            finish(record, by_first_signal(error, ending.first if ending else None))
             raise
         return record.finish(COMPLETED)
 
