@@ -991,3 +991,26 @@ def test_a_second_sweep_in_the_same_folder_leaves_the_first_as_it_was(tmp_path):
     assert (sweep / "multirun.yaml").read_bytes() == recorded["multirun.yaml"]
     for job in ("seed_1", "seed_2"):
         assert (sweep / job / "metrics.json").read_bytes() == recorded[f"{job}/metrics.json"]
+
+
+def test_folders_owned_then_refused_are_left_as_they_were(tmp_path):
+    """``acquire_all`` with a check that refuses (a run written there since admission): the
+    folders it made are gone, a folder that was there stays, and nothing stays held."""
+    from multigpu.storage.ownership import acquire_all, is_free, is_held
+
+    (tmp_path / "kept").mkdir()
+    folders = {"hydra.run.dir": tmp_path / "new" / "run", "dirpath": tmp_path / "kept"}
+
+    def refuse() -> None:
+        raise OccupiedFolder("written since admission")
+
+    with pytest.raises(OccupiedFolder):
+        acquire_all(folders, refuse)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert not any(is_held(f) for f in folders.values()) and is_free(tmp_path / "kept")
+    (tmp_path / "new" / "run").mkdir(parents=True)
+    (tmp_path / "new" / "other").mkdir()  # made meanwhile by someone else: not ours to remove
+    with pytest.raises(OccupiedFolder):
+        acquire_all({"hydra.run.dir": tmp_path / "new" / "run" / "x"}, refuse)
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["other", "run"]
+    assert list((tmp_path / "new" / "run").iterdir()) == []

@@ -218,8 +218,8 @@ class Preflight(Callback):
                 raise finished_notice(folder, admission.finished)
             if is_rank_zero():
                 check_run_objects(cfg, admission.run)  # what torch refuses only when built
-                acquire_all(admission.folders)  # held until this process ends
-                check_unchanged(admission)  # no run wrote there since admission read them
+                # Held until this process ends; no run wrote there since admission read them.
+                acquire_all(admission.folders, functools.partial(check_unchanged, admission))
         except UserError as err:
             refuse(message(err), err.exit_code)
         remember(folder, admission)

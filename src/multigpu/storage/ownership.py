@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from multigpu.config.errors import OccupiedFolder
 from multigpu.storage.paths import canonical
 
 _held: dict[Path, int] = {}  # folder -> the open descriptor that holds its lock
+_made: dict[Path, Path] = {}  # folder -> the outermost folder acquiring it made
 
 
 def holder(folder: Path) -> str:
@@ -85,6 +86,7 @@ def acquire(folder: str | Path) -> bool:
     folder = canonical(folder)
     if folder in _held:
         return False
+    made = next((f for f in reversed([folder, *folder.parents]) if not f.exists()), None)
     folder.mkdir(parents=True, exist_ok=True)
     descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -94,18 +96,28 @@ def acquire(folder: str | Path) -> bool:
         raise occupied(folder) from None
     os.set_inheritable(descriptor, False)  # a child process must not keep it after we end
     _held[folder] = descriptor
+    if made is not None:
+        _made[folder] = made
     return True
 
 
-def release(folder: str | Path) -> None:
-    descriptor = _held.pop(canonical(folder), None)
+def release(folder: str | Path, unmake: bool = False) -> None:
+    """Give ``folder`` up; ``unmake``: also remove the folders ``acquire`` made for it, where
+    they are still empty (a run refused once it held them leaves nothing behind)."""
+    folder = canonical(folder)
+    descriptor, made = _held.pop(folder, None), _made.pop(folder, None)
     if descriptor is not None:
         os.close(descriptor)
+    if unmake and made is not None:
+        for empty in [folder, *folder.parents][: len(folder.parts) - len(made.parts) + 1]:
+            with contextlib.suppress(OSError):  # not empty (another run's), or gone
+                empty.rmdir()
 
 
-def acquire_all(folders: Mapping[str, Path]) -> list[Path]:
-    """Own every folder (by the setting that names it), or none: the folders this call took.
-    Raises ``OccupiedFolder`` naming the setting of the one another process holds."""
+def acquire_all(folders: Mapping[str, Path], check: Callable[[], None] | None = None) -> list[Path]:
+    """Own every folder (by the setting that names it), then ``check`` what they hold; or own
+    none, and leave no folder made for them: the folders this call took. Raises
+    ``OccupiedFolder`` naming the setting of the one another process holds."""
     took: list[Path] = []
     try:
         for key, folder in folders.items():
@@ -114,9 +126,11 @@ def acquire_all(folders: Mapping[str, Path]) -> list[Path]:
                     took.append(canonical(folder))
             except OccupiedFolder:
                 raise occupied(canonical(folder), key) from None
+        if check is not None:
+            check()
     except BaseException:
-        for folder in took:
-            release(folder)
+        for folder in reversed(took):
+            release(folder, unmake=True)
         raise
     return took
 
