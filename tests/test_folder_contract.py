@@ -680,6 +680,7 @@ def test_the_folder_above_a_live_run_is_refused(tmp_path):
                 "one that holds no other run's folder"
             )
         inside = live / "mine"
+        (live / ".hydra").mkdir()  # Hydra's files, written before the record: a live run's
         said = refused_line(composed(SYNTHETIC, inside), inside, tmp_path)
         assert said.startswith(f"{inside} (hydra.run.dir) is inside another run's folder, {live}")
     finally:
@@ -863,6 +864,7 @@ def test_no_folder_a_run_writes_is_inside_or_holds_another_runs(
             for key, folder in folders.items()
             if related(folder, base / node)
             and not allowed(base / node, how, folder, run_folder, own_checkpoints, sweep)
+            and marks_above(base / node, how, folder, {run_folder, own_checkpoints})
         ]
         before = tree(base)
         try:
@@ -876,6 +878,14 @@ def test_no_folder_a_run_writes_is_inside_or_holds_another_runs(
     finally:
         for descriptor in held:
             os.close(descriptor)
+
+
+def marks_above(other: Path, how: str, folder: Path, own: set[Path]) -> bool:
+    """Whether ``how`` makes ``other`` another's when it lies above ``folder``: a record or a
+    sweep's, alone (a stray ``last.ckpt``, ``.hydra`` or lock up to ``/`` is no run's); below,
+    or at the folder itself, or at one of the run's own folders, any mark does."""
+    above = other in folder.parents and other not in own | {o / "checkpoints" for o in own}
+    return not above or how in ("metrics.json", "multirun.yaml")
 
 
 def related(folder: Path, other: Path) -> bool:
@@ -1014,3 +1024,28 @@ def test_folders_owned_then_refused_are_left_as_they_were(tmp_path):
         acquire_all({"hydra.run.dir": tmp_path / "new" / "run" / "x"}, refuse)
     assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["other", "run"]
     assert list((tmp_path / "new" / "run").iterdir()) == []
+
+
+@pytest.mark.parametrize("stray", ["last.ckpt", ".hydra", "flock"])
+def test_a_project_folder_with_a_stray_mark_or_lock_is_no_runs(tmp_path, stray):
+    """A ``last.ckpt`` copied into the project to evaluate, a ``.hydra`` left by an app run with
+    ``hydra.run.dir=.``, or ``flock <project> python train.py ...`` around the command: the
+    project folder above every run folder is not another run's, and runs are admitted."""
+    from multigpu.run.admission import check_apart_from_other_runs
+
+    project = tmp_path / "project"
+    project.mkdir()
+    holder = None
+    if stray == "flock":
+        holder = held_elsewhere(project)
+    elif stray == ".hydra":
+        (project / stray).mkdir()
+    else:
+        (project / stray).write_bytes(b"x")
+    try:
+        run = project / "outputs" / "2026-11-27" / "12-00-00"
+        check_apart_from_other_runs({RUN_FOLDER: run, CHECKPOINT_FOLDER: run / "checkpoints"})
+    finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()

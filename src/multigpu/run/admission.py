@@ -66,6 +66,7 @@ MARKS = {  # what marks a folder as a run's, a sweep's or a run's checkpoint fol
     PREVIOUS: "checkpoints",
 }
 NOT_CHECKPOINTS = tuple(name for name, kind in MARKS.items() if kind != "checkpoints")
+ABOVE = (RECORD, SWEEP_RECORD)  # what alone marks a folder above a run's as another's
 SCAN_DEPTH = 4  # levels looked into: a runs_dir's runs are 2 down (<date>/<time>), sweep jobs 3
 SCAN_LIMIT = 1000  # folders looked into at most
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
@@ -369,14 +370,20 @@ def other_above(
     """The nearest run's or sweep's folder above ``folder``, else the nearest checkpoint
     folder (one inside a run's folder is named by that run's). The run's own folder ends the
     search (``stop``: the folders above it are its own to check); its sweep's folder is passed,
-    and its other folders are another's only by the marks ``own`` gives them."""
+    and its other folders are another's only by the marks ``own`` gives them. Any other folder
+    above, up to ``/``, is another's by its record, a sweep's ``multirun.yaml``, or as a live
+    run's (Hydra's ``.hydra`` and a lock another process holds): a project folder holding a
+    stray ``last.ckpt`` or ``.hydra``, or locked by ``flock`` around the command, is none."""
     checkpoints = None
     for candidate in folder.parents:
         if candidate == stop:
             break
         if candidate == sweep:
             continue
-        found = other_run(candidate, *own_marks(candidate, own))
+        if own is not None and candidate in own:
+            found = other_run(candidate, own[candidate], locked=False)
+        else:
+            found = other_run(candidate, ABOVE, locked=os.path.lexists(candidate / HYDRA))
         if found is not None and found.kind != "checkpoints":
             return found
         checkpoints = checkpoints or found
