@@ -1049,3 +1049,21 @@ def test_a_project_folder_with_a_stray_mark_or_lock_is_no_runs(tmp_path, stray):
         if holder is not None:
             holder.kill()
             holder.wait()
+
+
+@pytest.mark.parametrize("mode", ["MULTIRUN", "RUN"])
+def test_an_optuna_sweep_folder_without_multirun_yaml_is_a_sweeps(tmp_path, mode):
+    """Hydra's Optuna sweeper wrote no ``multirun.yaml``: its folder is known as a sweep's by
+    its jobs (``.hydra/hydra.yaml`` of a multirun), so its command continues it; a folder of
+    single runs is still refused as a sweep's folder."""
+    from multigpu.run.admission import check_sweep_folder
+
+    folder = tmp_path / "study"
+    for job in ("0", "1"):
+        a_run(folder / job)
+        (folder / job / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  mode: {mode}\n")
+    if mode == "MULTIRUN":
+        check_sweep_folder(str(folder))
+        return
+    with pytest.raises(OccupiedFolder, match=f"holds another run's folder, {folder / '0'}"):
+        check_sweep_folder(str(folder))

@@ -339,8 +339,21 @@ def check_sweep_folder(spelt: str) -> None:
     found = other_run(folder, runs_own, locked=False) or other_above(folder)
     if found is None and not os.path.lexists(folder / SWEEP_RECORD):
         found = other_below(folder)
+        if found is not None and is_sweep_job(found.folder, folder):
+            found = None  # a sweep's folder without its multirun.yaml (Optuna's wrote none)
     if found is not None:
         raise apart_refusal("hydra.sweep.dir", folder, found)
+
+
+def is_sweep_job(job: Path, sweep: Path) -> bool:
+    """Whether ``job`` is a job Hydra ran in the sweep folder ``sweep``: directly inside it,
+    its ``.hydra/hydra.yaml`` of a multirun. Hydra's Optuna sweeper wrote no ``multirun.yaml``,
+    so such a folder is known as a sweep's by its jobs, and its command continues it."""
+    try:
+        mode = OmegaConf.load(job / HYDRA / "hydra.yaml").hydra.mode
+    except Exception:  # noqa: BLE001 - no Hydra config of a job there
+        return False
+    return job.parent == sweep and str(mode).endswith("MULTIRUN")
 
 
 def other_itself(key: str, folders: dict[str, Path]) -> OtherRun | None:
