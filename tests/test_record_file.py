@@ -228,6 +228,21 @@ def test_records_of_schema_2_are_upgraded_when_read(tmp_path):
     assert [h["epoch"] for h in read["history"]] == [1, 2, 3] and read["best_epoch"] == 3
 
 
+def test_a_schema_2_record_ended_by_its_launcher_keeps_its_best_epoch(tmp_path):
+    """``record_ending`` writes back what it read (upgraded, still schema 2): read again, the
+    best epoch is the same epoch, not moved once more."""
+    from multigpu.storage.outcome import Outcome
+    from multigpu.storage.record import record_ending
+
+    old = {**record("running"), "schema": 2, "best_epoch": 2}
+    old["history"] = [{**h, "epoch": h["epoch"] - 1} for h in old["history"]]  # from 0
+    path = write_job(tmp_path, "job", old)
+    record_ending(path, Outcome("failed", "its job died", 1))
+    read = read_record(path)
+    assert (read["status"], read["best_epoch"]) == ("failed", 3)
+    assert read["history"][read["best_epoch"] - 1]["test_acc"] == read["best_test_acc"]
+
+
 def test_bare_nan_written_by_older_versions_is_read_as_null(tmp_path):
     """Decided: NaN, Infinity and a float beyond a double meant "no finite value", which is
     what null means now; the row keeps its status (here diverged)."""

@@ -28,13 +28,15 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     and speed by ``speed`` (before: medians of per-epoch values)."""
     if record.get("schema", SCHEMA) >= SCHEMA:
         return record
-    history = upgrade_history(record.get("history") or [])
+    written = record.get("history") or []
+    history = upgrade_history(written)
     epoch_s, samples_per_s = speed(history)
     best = record.get("best_epoch")
+    shift = int(history != written)  # with its history: a record read, written back and read
     return {
         **record,
         "history": history,
-        "best_epoch": None if best is None else best + 1,
+        "best_epoch": None if best is None else best + shift,
         "epoch_s": epoch_s,
         "samples_per_s": samples_per_s,
     }
