@@ -1067,3 +1067,26 @@ def test_an_optuna_sweep_folder_without_multirun_yaml_is_a_sweeps(tmp_path, mode
         return
     with pytest.raises(OccupiedFolder, match=f"holds another run's folder, {folder / '0'}"):
         check_sweep_folder(str(folder))
+
+
+def test_a_sweeps_folder_is_where_the_sweep_started_also_under_chdir(tmp_path, monkeypatch):
+    """``hydra.job.chdir=true`` runs each job in its own folder: a relative ``hydra.sweep.dir``
+    is the one the sweep started in, not one inside the job's (every job had been refused as
+    inside its own sweep's folder)."""
+    from omegaconf import OmegaConf
+
+    from multigpu.run.admission import sweep_folder
+
+    started, job = tmp_path / "project", tmp_path / "project" / "outputs" / "s" / "seed_1"
+    job.mkdir(parents=True)
+    monkeypatch.chdir(job)
+    cfg = OmegaConf.create(
+        {
+            "hydra": {
+                "mode": "MULTIRUN",
+                "sweep": {"dir": "outputs/s"},
+                "runtime": {"cwd": str(started)},
+            }
+        }
+    )
+    assert sweep_folder(cfg) == canonical(started / "outputs" / "s")

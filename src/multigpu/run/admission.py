@@ -448,7 +448,9 @@ def sweep_folder(cfg: DictConfig) -> Path | None:
         hydra = HydraConfig.get()
     if hydra is None or not str(hydra.get("mode")).endswith("MULTIRUN"):
         return None
-    return canonical(str(hydra.sweep.dir))
+    # Relative to where the sweep started: a job under hydra.job.chdir=true runs in its folder.
+    started = (hydra.get("runtime") or {}).get("cwd") or ""
+    return canonical(os.path.join(started, os.path.expanduser(str(hydra.sweep.dir))))
 
 
 def check_same_sweep(config: DictConfig) -> None:
