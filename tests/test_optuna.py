@@ -438,6 +438,14 @@ def test_a_server_holding_the_study_is_read_without_being_written(tmp_path):
     empty = f"sqlite:///{tmp_path}/empty.db"
     check_server(empty, make_url(empty), held)
     assert (tmp_path / "empty.db").stat().st_size == 0  # no table made
+    import sqlite3  # another application's database, one of its tables named as Optuna's
+
+    with sqlite3.connect(tmp_path / "app.db") as app:
+        app.execute("CREATE TABLE studies (id INTEGER)")
+    before = (tmp_path / "app.db").read_bytes()
+    other = f"sqlite:///{tmp_path}/app.db"
+    check_server(other, make_url(other), held)
+    assert (tmp_path / "app.db").read_bytes() == before  # Optuna's tables not made there
 
 
 @pytest.mark.slow

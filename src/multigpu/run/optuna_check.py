@@ -246,7 +246,7 @@ def check_server(storage: Any, url: Any, held: HeldCheck | None = None) -> None:
     try:
         with engine.connect():
             pass
-        has_studies = held is not None and sqlalchemy.inspect(engine).has_table("studies")
+        has_studies = held is not None and holds_optuna_schema(engine)
     except Exception as err:  # noqa: BLE001 - a server that cannot be reached
         raise UserError(
             f"hydra.sweeper.storage={storage}: the database cannot be reached "
@@ -259,9 +259,24 @@ def check_server(storage: Any, url: Any, held: HeldCheck | None = None) -> None:
         check_server_studies(storage, held)
 
 
+def holds_optuna_schema(engine: Any) -> bool:
+    """Whether the server holds every table of Optuna's schema, its version row and alembic's
+    revision: only then does opening it as Optuna's storage write nothing (``RDBStorage``
+    creates the tables and version rows it misses as it opens)."""
+    import sqlalchemy
+    from optuna.storages._rdb import models
+
+    tables = set(sqlalchemy.inspect(engine).get_table_names())
+    if not {*models.BaseModel.metadata.tables, "alembic_version"} <= tables:
+        return False
+    with engine.connect() as connection:
+        rows = [f"SELECT COUNT(*) FROM {table}" for table in ("version_info", "alembic_version")]
+        return all(connection.execute(sqlalchemy.text(row)).scalar() for row in rows)
+
+
 def check_server_studies(storage: Any, held: HeldCheck) -> None:
-    """``held`` on a server's database that holds Optuna's tables: Optuna opens it as it
-    is (its schema made, its version recorded), so opening it writes nothing."""
+    """``held`` on a server's database that holds Optuna's whole schema
+    (``holds_optuna_schema``): Optuna opens it as it is, writing nothing."""
     import optuna
 
     try:
