@@ -130,7 +130,7 @@ def test_a_signal_kept_for_the_job_being_set_up_is_its_runs_first(handlers):
     assert interrupts.deferred_stop() is None
 
 
-def test_between_jobs_a_signal_ends_the_sweep_in_one_line(handlers, monkeypatch, capsys):
+def test_between_jobs_a_signal_ends_the_sweep_in_one_line(handlers, monkeypatch, capfd):
     """No job being set up (Hydra's config is none between jobs): one line, 128 + the
     signal's number, and every later signal ignored until exit."""
     from multigpu.run import sweep
@@ -140,7 +140,7 @@ def test_between_jobs_a_signal_ends_the_sweep_in_one_line(handlers, monkeypatch,
     with pytest.raises(SystemExit) as ended:
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     assert ended.value.code == 143
-    said = capsys.readouterr().err.strip().splitlines()
+    said = capfd.readouterr().err.strip().splitlines()  # written to the descriptor itself
     assert said == [f"error: interrupted by SIGTERM between the sweep's jobs: {AGAIN}"]
     assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
 
@@ -232,3 +232,22 @@ def test_an_evaluation_stopped_by_a_signal_ignores_later_ones_from_exit_on(handl
     ((hook, *arguments),) = at_exit
     hook(*arguments)
     assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
+
+
+def test_a_signal_while_signals_are_held_acts_once_the_block_has_ended():
+    """``signals_held`` (Optuna telling a trial's result): a SIGTERM inside waits for the
+    block's end, then reaches the handler that was there before."""
+    import os
+    import signal
+
+    from multigpu.callbacks.interrupts import signals_held
+
+    came: list[str] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append("handled"))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            came.append("block ended")
+        assert came == ["block ended", "handled"]
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -88,6 +88,25 @@ def skipped_on_signal(what: str) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """A short block that must finish (Optuna told a trial's result: else the trial stays
+    RUNNING in its database): a stop signal waits for its end, then acts as it would have."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    signums = (signal.SIGINT, *stop_signals(os.environ))
+    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if came:
+            signal.raise_signal(came[0])
+
+
 class Ending:
     """The signal a run stops for: the first of Ctrl-C's SIGINT and the ``stop_signals``
     (SIGTERM, SIGHUP, SIGUSR1/2 outside SLURM) to come, noted by ``handle``, the handler of each
@@ -204,9 +223,9 @@ def one_ending(until_exit: bool = True) -> Iterator[Ending | None]:
         yield None  # signal handlers can only be set from the main thread
         return
     ending = Ending((signal.SIGINT, *stop_signals(os.environ)))
-    if _deferred:  # came while the run was being set up: its first signal
-        ending.note(_deferred[0])
     ending.install()
+    if _deferred:  # came while the run was being set up (until its handler was set): its first
+        ending.note(_deferred[0])
     _ending = ending
     stopped = False
     try:

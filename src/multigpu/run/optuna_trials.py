@@ -28,6 +28,7 @@ from optuna.distributions import BaseDistribution  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
+from multigpu.callbacks.interrupts import signals_held  # noqa: E402
 from multigpu.config.errors import UserError  # noqa: E402
 from multigpu.run.objective import JobEnding, returned_ending  # noqa: E402
 from multigpu.storage.outcome import summary_line  # noqa: E402
@@ -69,8 +70,9 @@ class OptunaTrials(OptunaSweeperImpl):
             overrides = self._configure_trials(trials, space, fixed)
             returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
             self.job_idx += len(returns)
-            for trial, returned in zip(trials, returns, strict=True):
-                tell(study, trial, ending_of(returned))
+            with signals_held():  # a trial not told stays RUNNING in a database
+                for trial, returned in zip(trials, returns, strict=True):
+                    tell(study, trial, ending_of(returned))
             done += len(trials)
         save_best(study, f"{self.config.hydra.sweep.dir}/optimization_results.yaml")
 

@@ -26,7 +26,7 @@ from multigpu.run.admission import SWEEP_RECORD, check_same_sweep
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
-from multigpu.run.training import started_in
+from multigpu.run.training import forget_started, started_in
 from multigpu.storage.atomic import write_atomically
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record_file import records_below
@@ -71,24 +71,31 @@ class SweepReport(Callback):
         stop_between_jobs()
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        from multigpu.tools.report import incomplete, to_text, write_report  # matplotlib: only now
+        try:
+            report_sweep(Path(config.hydra.sweep.dir))
+        finally:
+            stop_as_before_sweep()
 
-        sweep_dir = Path(config.hydra.sweep.dir)
-        if not records_below(sweep_dir):
-            return
-        rows = write_report(sweep_dir)
-        print("\n" + to_text(rows), end="", flush=True)
-        shown = shown_path(sweep_dir)
-        print(
-            f"sweep summary: {shown}/summary.md, test_acc.png, acc_vs_time.png, scaling.png",
-            flush=True,
-        )
-        if has_tensorboard_logs(sweep_dir):
-            print(tensorboard_line(sweep_dir), flush=True)
-        failed = incomplete(rows)
-        if failed:
-            print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)
-            sys.exit(1)
+
+def report_sweep(sweep_dir: Path) -> None:
+    """Write and print the sweep's summary; exit 1 when a job did not complete."""
+    from multigpu.tools.report import incomplete, to_text, write_report  # matplotlib: only now
+
+    if not records_below(sweep_dir):
+        return
+    rows = write_report(sweep_dir)
+    print("\n" + to_text(rows), end="", flush=True)
+    shown = shown_path(sweep_dir)
+    print(
+        f"sweep summary: {shown}/summary.md, test_acc.png, acc_vs_time.png, scaling.png",
+        flush=True,
+    )
+    if has_tensorboard_logs(sweep_dir):
+        print(tensorboard_line(sweep_dir), flush=True)
+    failed = incomplete(rows)
+    if failed:
+        print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)
+        sys.exit(1)
 
 
 def own_sweep_folder(config: DictConfig) -> None:
@@ -112,9 +119,22 @@ def stop_between_jobs() -> None:
     Ctrl-C, SIGTERM and SIGHUP there had ended the sweep by their default action (SIGTERM
     without a word, the next job's folder left without a record). Each job's ``train`` puts
     its own handlers over these while it runs and this one back after."""
+    forget_started()
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, *stop_signals(os.environ)):
-            signal.signal(signum, between_jobs)
+            before = signal.signal(signum, between_jobs)
+            if before is not between_jobs:  # an earlier sweep's in this process: not put back
+                _before_sweep[signum] = before
+
+
+def stop_as_before_sweep() -> None:
+    """The handlers from before the sweep, back once it has ended (its report written)."""
+    while _before_sweep:
+        signum, handler = _before_sweep.popitem()
+        signal.signal(signum, handler)
+
+
+_before_sweep: dict[int, Any] = {}  # the handlers ``stop_between_jobs`` replaced
 
 
 def between_jobs(signum: int, frame: Any) -> None:
@@ -131,12 +151,9 @@ def between_jobs(signum: int, frame: Any) -> None:
     for later in (signal.SIGINT, *stop_signals(os.environ)):
         signal.signal(later, signal.SIG_IGN)  # the first signal is the sweep's ending
     name = signal.Signals(signum).name
-    print(
-        f"error: interrupted by {name} between the sweep's jobs: the sweep stops; its command "
-        "run again runs the jobs left",
-        file=sys.stderr,
-        flush=True,
-    )
+    said = f"error: interrupted by {name} between the sweep's jobs: the sweep stops; its command "
+    said += "run again runs the jobs left\n"
+    os.write(2, said.encode())  # not print: the signal may have come inside a write to stderr
     sys.exit(128 + signum)
 
 

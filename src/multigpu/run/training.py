@@ -15,7 +15,6 @@ import functools
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from contextlib import ExitStack
@@ -90,7 +89,7 @@ def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
     admission = _admitted[canonical(output_dir)]
     outcome = not_started(signal.Signals(signum), multirun=False)
     record_unstarted(output_dir, admission.run.record(), admission.settings, outcome, owned=True)
-    print(f"error: {outcome.reason}", file=sys.stderr, flush=True)
+    os.write(2, f"error: {outcome.reason}\n".encode())  # not print: it may be inside one
     os._exit(outcome.exit_code)  # Hydra's job set-up is not ours to unwind
 
 
@@ -188,9 +187,6 @@ def train(cfg: DictConfig) -> dict[str, Any]:
     started = time.monotonic()  # before the data is touched: the clock of time to accuracy
     output_dir = Path(cfg.paths.output_dir)
     with one_ending() as ending:
-        if ending is not None:
-            ending.armed = True
-        _started.add(canonical(output_dir))  # from here this function records the run's end
         try:
             completed = admitted_run(cfg, output_dir, started, ending)
         except BaseException as error:
@@ -203,9 +199,15 @@ def train(cfg: DictConfig) -> dict[str, Any]:
 
 
 def started_in(folder: str | Path) -> bool:
-    """Whether ``train`` has started the run of this folder in this process: from then on its
-    own handlers answer a stop signal, and it records how the run ended."""
+    """Whether ``train`` has started the run of this folder in this process (in this sweep):
+    from then on its own handlers answer a stop signal, and it records how the run ended."""
     return canonical(folder) in _started
+
+
+def forget_started() -> None:
+    """A new sweep in this process: no job of it has started yet, whatever folders earlier
+    sweeps' jobs used."""
+    _started.clear()
 
 
 def stop_sweep_after(cfg: DictConfig, output_dir: Path, ending: Ending | None) -> None:
@@ -227,6 +229,9 @@ def admitted_run(
     """Admit the run, then run it; a stop signal before the run has claimed its record is
     recorded (``recorded_if_stopped``) with the settings admission resolved."""
     try:
+        if ending is not None:
+            ending.armed = True  # inside the block that records a stop: none goes unrecorded
+        _started.add(canonical(output_dir))  # from here this function records the run's end
         if ending is not None and ending.first is not None:  # came while Hydra set up the job
             raise Interrupted(f"interrupted by {ending.first.name}", 128 + ending.first)
         admission = admission_of(cfg, output_dir)
