@@ -250,7 +250,9 @@ def admitted_run(
         owned = False
         try:
             if is_rank_zero():
-                held.enter_context(owning(admission.folders))
+                # A sweep's job was admitted when the sweep started: no run wrote there since.
+                unchanged = functools.partial(check_unchanged, admission)
+                held.enter_context(owning(admission.folders, unchanged))
                 owned = True
             _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer now
             record = claimed_record(cfg, output_dir, admission, started)
@@ -273,9 +275,7 @@ def admitted_run(
 def claimed_record(
     cfg: DictConfig, output_dir: Path, admission: Admission, started: float
 ) -> RunRecord:
-    """The run's record, written (claimed) once its folders are checked unchanged."""
-    if is_rank_zero():
-        check_unchanged(admission)  # a sweep's job was admitted when the sweep started
+    """The run's record, written (claimed) once its folders are held, checked unchanged."""
     record = start_record(output_dir, admission, cfg, started)
     carried = admission.resume.history if admission.resume else admission.history
     record.claim(carried, recorded=admission.recorded)

@@ -136,9 +136,10 @@ def acquire_all(folders: Mapping[str, Path], check: Callable[[], None] | None = 
 
 
 @contextlib.contextmanager
-def owning(folders: Mapping[str, Path]) -> Iterator[None]:
-    """Own every folder for the block; a folder this process already owned stays owned."""
-    took = acquire_all(folders)
+def owning(folders: Mapping[str, Path], check: Callable[[], None] | None = None) -> Iterator[None]:
+    """Own every folder for the block (``acquire_all``, ``check`` included); a folder this
+    process already owned stays owned."""
+    took = acquire_all(folders, check)
     try:
         yield
     finally:
