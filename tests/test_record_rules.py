@@ -209,3 +209,12 @@ def test_a_record_with_a_contradiction_is_always_refused(history, data):
         good = read_record(path)
         write_job(Path(folder), ".", {**good, key: value})
         assert assert_refused(path).startswith(key)
+
+
+def test_the_settings_a_record_checks_its_run_by_include_every_resolved_one():
+    """``record_model.REPEATED`` (storage, read by the report) names at least the settings the
+    run writes as ``Run`` resolved them (``computation.RESOLVED``, config), with their field."""
+    from multigpu.config.computation import RESOLVED
+    from multigpu.storage.record_model import REPEATED
+
+    assert RESOLVED.items() <= REPEATED.items()
