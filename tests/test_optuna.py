@@ -607,7 +607,7 @@ def test_an_exception_and_a_text_are_summarised_by_one_rule():
     """``summary_line`` gives the line an error is told in: an exception's first line goes
     inside a sentence of ours (no full stop; its type's name when it says nothing), a text's
     stays as it was (a run's reason)."""
-    from multigpu.storage.outcome import summary_line
+    from multigpu.config.errors import summary_line
 
     database = "(sqlite3.OperationalError) unable to open database file\n(Background on ...)"
     assert summary_line(RuntimeError(database)) == database.splitlines()[0]
@@ -652,8 +652,8 @@ def optuna_reading(entries: list[str]) -> tuple:
     """What Hydra's Optuna sweeper makes of the entries (its own function, with Optuna)."""
     from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
+    from multigpu.config.errors import summary_line
     from multigpu.run.optuna_check import ends
-    from multigpu.storage.outcome import summary_line
 
     try:
         space, fixed = create_params_from_overrides(entries)

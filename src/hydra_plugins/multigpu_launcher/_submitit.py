@@ -29,9 +29,10 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
+from multigpu.config.errors import summary_line
 from multigpu.config.job_names import sweep_job_folder
 from multigpu.run.objective import job_ending
-from multigpu.storage.outcome import Outcome, summary_line
+from multigpu.storage.outcome import Outcome
 from multigpu.storage.record import record_ending
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+REASON_CHARS = 500  # an error's line, at most
 MAX_SUGGESTIONS = 3
 CUTOFF = 0.6  # difflib's default: below it a name is not offered
 WITHIN = 0.1  # only names about as close as the closest one are offered
@@ -103,3 +104,16 @@ def did_you_mean(names: list[str]) -> str:
         return ""
     listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
     return f": did you mean {listed}?"
+
+
+def summary_line(said: str | BaseException) -> str:
+    """The line that says what went wrong: the first non-empty one, or, when the text carries a
+    traceback (a worker process's error, re-raised), the error at its end. An exception's line
+    goes inside a sentence of ours (``...: <line>; pass ...``): it ends without its full stop,
+    and is its type's name where its text is empty."""
+    lines = [line.strip() for line in str(said).splitlines() if line.strip()]
+    if not lines:
+        return type(said).__name__ if isinstance(said, BaseException) else ""
+    traceback = any(line.startswith("Traceback (most recent call last)") for line in lines)
+    line = (lines[-1] if traceback else lines[0])[:REASON_CHARS]
+    return line.rstrip(".") if isinstance(said, BaseException) else line

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from multigpu.config.errors import summary_line
+
 # Hydra's flags that load another config (or none), or do something else: the check stands aside.
 STAND_ASIDE = (
     *("config_name", "config_path", "config_dir", "experimental_rerun"),
@@ -150,7 +152,7 @@ class Offer:
     def type_refusal(self, override: Any, error: Exception) -> str:
         """``key=value: key takes an integer (Hydra: <its words>); pass one, e.g. key=12``."""
         key, said = override.key_or_group, override.input_line
-        words = str(error).strip().splitlines()[0].strip()
+        words = summary_line(error)
         node = config_node(self.config, key)
         takes = node_type(node)
         if not takes:

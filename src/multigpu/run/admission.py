@@ -41,7 +41,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.computation import computation, describe, differences
-from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed
+from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.data.locate import check_reachable
@@ -466,7 +466,7 @@ def check_same_sweep(config: DictConfig) -> None:
     try:
         first = swept(OmegaConf.load(path))
     except Exception as err:  # noqa: BLE001 - whatever the file holds, it is not replaced
-        reason = " ".join(str(err).split()) or type(err).__name__
+        reason = summary_line(err)
         raise OccupiedFolder(
             f"{path} cannot be read ({reason[:200]}): that sweep's folder is left as it is; "
             "pass another hydra.sweep.dir"

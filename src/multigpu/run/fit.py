@@ -36,7 +36,14 @@ from multigpu.callbacks.interrupts import (
     stop_signal,
 )
 from multigpu.callbacks.process_setup import EveryProcess
-from multigpu.config.errors import Interrupted, PeerFailed, UserError, WriteFailed, add_note
+from multigpu.config.errors import (
+    Interrupted,
+    PeerFailed,
+    UserError,
+    WriteFailed,
+    add_note,
+    summary_line,
+)
 from multigpu.config.launch import requeue_on_warning, slurm_started, stop_signals
 from multigpu.config.schema import Top, default_of
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
@@ -55,7 +62,6 @@ from multigpu.storage.checkpoint import (
 )
 from multigpu.storage.checkpoint_io import AtomicCheckpointIO
 from multigpu.storage.ckpt_path import LAST
-from multigpu.storage.outcome import summary_line
 from multigpu.storage.record import RunRecord
 from multigpu.strategies.ddp import BoundedDDPStrategy
 

@@ -24,9 +24,8 @@ import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, summary_line
 from multigpu.config.settings import plain
-from multigpu.storage.outcome import summary_line
 
 # What multigpu.run.fit passes to the Trainer itself, in place of the node's values: neutral here
 # (the run's own choices are checked by multigpu.config.settings, before torch); what it turns on

@@ -25,9 +25,8 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from multigpu.config.errors import UserError, closest, did_you_mean
+from multigpu.config.errors import UserError, closest, did_you_mean, summary_line
 from multigpu.run.objective import DIRECTION, OBJECTIVE
-from multigpu.storage.outcome import summary_line
 
 HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 OPTUNA_TRIALS = "hydra_plugins.multigpu_sweeper.optuna_trials.OptunaTrials"

@@ -29,9 +29,8 @@ from optuna.trial import TrialState  # noqa: E402
 from typing_extensions import override  # noqa: E402
 
 from multigpu.callbacks.interrupts import signals_held  # noqa: E402
-from multigpu.config.errors import UserError  # noqa: E402
+from multigpu.config.errors import UserError, summary_line  # noqa: E402
 from multigpu.run.objective import JobEnding, returned_ending  # noqa: E402
-from multigpu.storage.outcome import summary_line  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import Container, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from multigpu.config.errors import RunStopped, UserError, WriteFailed, message
+from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, summary_line
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
@@ -37,7 +37,6 @@ from multigpu.run.cli import hydra_runtime
 from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
-from multigpu.storage.outcome import summary_line
 from multigpu.storage.ownership import acquire_all
 from multigpu.storage.paths import canonical
 from multigpu.storage.record import is_rank_zero

@@ -19,13 +19,12 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, summary_line
 from multigpu.config.names import NETWORK
 from multigpu.models import resnet18
 from multigpu.storage.checkpoint_errors import EDITED, explain
 from multigpu.storage.checkpoint_model import READ, RESUME, Checkpoint
 from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
-from multigpu.storage.outcome import summary_line
 
 if TYPE_CHECKING:
     from multigpu.models.classifier import ImageClassifier

@@ -8,9 +8,7 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from multigpu.config.errors import RunStopped, UserError, message
-
-REASON_CHARS = 500
+from multigpu.config.errors import REASON_CHARS, RunStopped, UserError, message, summary_line
 
 
 @dataclass(frozen=True)
@@ -21,19 +19,6 @@ class Outcome:
 
 
 COMPLETED = Outcome("completed", None, 0)
-
-
-def summary_line(said: str | BaseException) -> str:
-    """The line that says what went wrong: the first non-empty one, or, when the text carries a
-    traceback (a worker process's error, re-raised), the error at its end. An exception's line
-    goes inside a sentence of ours (``...: <line>; pass ...``): it ends without its full stop,
-    and is its type's name where its text is empty."""
-    lines = [line.strip() for line in str(said).splitlines() if line.strip()]
-    if not lines:
-        return type(said).__name__ if isinstance(said, BaseException) else ""
-    traceback = any(line.startswith("Traceback (most recent call last)") for line in lines)
-    line = (lines[-1] if traceback else lines[0])[:REASON_CHARS]
-    return line.rstrip(".") if isinstance(said, BaseException) else line
 
 
 def outcome_of(error: BaseException) -> Outcome:
