@@ -976,6 +976,10 @@ def test_a_second_sweep_into_a_sweeps_folder_is_refused_and_its_own_command_cont
         assert tree(folder) == before
     own_sweep_folder(as_sweep(["seed=1,2"], folder))
     assert (folder / "multirun.yaml").read_text() == recorded and tree(folder) == before
+    reordered = as_sweep([], folder)  # the same overrides typed in another order: the same jobs
+    reordered.hydra.overrides.task = ["seed=1,2", *reversed(SYNTHETIC)]
+    own_sweep_folder(reordered)
+    assert tree(folder) == before
 
 
 @pytest.mark.slow

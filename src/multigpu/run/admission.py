@@ -472,7 +472,7 @@ def check_same_sweep(config: DictConfig) -> None:
             "pass another hydra.sweep.dir"
         ) from None
     now = swept(config)
-    if now != first:
+    if not same_sweep(now, first):
         raise OccupiedFolder(
             f"{folder} (hydra.sweep.dir) holds another sweep, {sweep_shown(*first, now[0])} (its "
             f"{SWEEP_RECORD}): its jobs and files are left as they are; pass another "
@@ -487,9 +487,14 @@ def swept(config: DictConfig) -> tuple[list[Any], Any]:
     return list(container(hydra.overrides.task) or []), container(params) or {}
 
 
+def same_sweep(one: tuple[list[Any], Any], other: tuple[list[Any], Any]) -> bool:
+    """The same overrides in any order (the same jobs, in the same folders), the same params."""
+    return sorted(map(str, one[0])) == sorted(map(str, other[0])) and one[1] == other[1]
+
+
 def sweep_shown(task: list[Any], params: Any, task_now: list[Any]) -> str:
     """The first sweep, by what differs: its overrides, or else its sweeper's params."""
-    if task != task_now or not params:
+    if sorted(map(str, task)) != sorted(map(str, task_now)) or not params:
         return f"started with {' '.join(map(str, task)) or 'no overrides'}"
     return f"whose hydra.sweeper.params were {params}"
 
