@@ -667,20 +667,21 @@ def test_a_run_into_a_finished_sweeps_folder_is_refused(tmp_path):
 
 
 def test_the_folder_above_a_live_run_is_refused(tmp_path):
-    """A live run's folder before its record is written is known by its lock: a run given the
-    folder above it (or the one above that) was admitted, around the live run's files."""
+    """A live run's folder before its record is written is known by Hydra's ``.hydra`` (below
+    a run's folder) and, above it, with its lock: a run given the folder above it (or the one
+    above that) was admitted, around the live run's files."""
     live = tmp_path / "live" / "A"
     holder = held_elsewhere(live)
+    (live / ".hydra").mkdir()  # Hydra's files, written as the run starts, before its record
     try:
         for folder in (tmp_path / "live", tmp_path):
             said = refused_line(composed(SYNTHETIC, folder), folder, tmp_path)
             assert said == (
-                f"{folder} (hydra.run.dir) holds another run's folder, {live} (it is in use by "
-                f"pid {holder.pid}): its files are left as they are; pass a new hydra.run.dir, "
-                "one that holds no other run's folder"
+                f"{folder} (hydra.run.dir) holds another run's folder, {live} (it holds that "
+                "run's .hydra): its files are left as they are; pass a new hydra.run.dir, one "
+                "that holds no other run's folder"
             )
         inside = live / "mine"
-        (live / ".hydra").mkdir()  # Hydra's files, written before the record: a live run's
         said = refused_line(composed(SYNTHETIC, inside), inside, tmp_path)
         assert said.startswith(f"{inside} (hydra.run.dir) is inside another run's folder, {live}")
     finally:
@@ -881,11 +882,15 @@ def test_no_folder_a_run_writes_is_inside_or_holds_another_runs(
 
 
 def marks_above(other: Path, how: str, folder: Path, own: set[Path]) -> bool:
-    """Whether ``how`` makes ``other`` another's when it lies above ``folder``: a record or a
-    sweep's, alone (a stray ``last.ckpt``, ``.hydra`` or lock up to ``/`` is no run's); below,
-    or at the folder itself, or at one of the run's own folders, any mark does."""
-    above = other in folder.parents and other not in own | {o / "checkpoints" for o in own}
-    return not above or how in ("metrics.json", "multirun.yaml")
+    """Whether ``how`` makes ``other`` another's, seen from ``folder``: above it, a record or a
+    sweep's alone (a stray ``last.ckpt``, ``.hydra`` or lock up to ``/`` is no run's); below
+    it, any mark but a lock (a live run shows its ``.hydra``); at one of the run's own
+    folders, any mark."""
+    if other in own | {o / "checkpoints" for o in own}:
+        return True
+    if other in folder.parents:
+        return how in ("metrics.json", "multirun.yaml")
+    return how != "live" or other == folder
 
 
 def related(folder: Path, other: Path) -> bool:

@@ -406,23 +406,15 @@ def other_above(
 def other_below(folder: Path, own: Mapping[Path, tuple[str, ...]] | None = None) -> OtherRun | None:
     """The first folder inside ``folder`` (nearest first) that is another's, within
     ``SCAN_DEPTH`` levels and ``SCAN_LIMIT`` folders. The run's own folders there (its
-    ``checkpoints``) are looked into, and are another's only by the marks ``own`` gives them."""
+    ``checkpoints``) are looked into, and are another's only by the marks ``own`` gives them.
+    No lock is probed: a live run's folder shows Hydra's ``.hydra`` from its start, and a
+    thousand probes could make a run starting beside fail to take its own lock."""
     for inside in folders_below(folder, SCAN_DEPTH, SCAN_LIMIT):
-        found = other_run(inside, *own_marks(inside, own))
+        marks = own[inside] if own is not None and inside in own else tuple(MARKS)
+        found = other_run(inside, marks, locked=False)
         if found is not None:
             return found
     return None
-
-
-def own_marks(
-    folder: Path, own: Mapping[Path, tuple[str, ...]] | None
-) -> tuple[tuple[str, ...], bool]:
-    """The marks, and whether its lock, make ``folder`` another's (``other_run``'s arguments):
-    one of the run's own folders (``own``) is another's only by the marks given for it (its
-    checkpoints, and its lock, are the run's); any other folder by any mark or a lock."""
-    if own is not None and folder in own:
-        return own[folder], False
-    return tuple(MARKS), True
 
 
 def apart_refusal(key: str, folder: Path, found: OtherRun) -> OccupiedFolder:
