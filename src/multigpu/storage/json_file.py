@@ -45,16 +45,34 @@ def read_json(path: Path) -> Any:
     if not text.strip():
         raise BadRecord(path, "is empty")
     try:
-        data = json.loads(text, parse_constant=lambda _: None, parse_float=finite_or_none)
+        data = json.loads(
+            text,
+            parse_constant=lambda _: None,
+            parse_float=finite_or_none,
+            object_pairs_hook=without_repeats,
+        )
     except RecursionError:
         raise BadRecord(path, f"nests deeper than {MAX_DEPTH} levels") from None
     except json.JSONDecodeError as error:
         raise BadRecord(path, describe_syntax_error(text, error)) from None
+    except RepeatedKey as repeated:
+        raise BadRecord(path, f"holds the key {shown(str(repeated))} twice in one object") from None
     except ValueError as error:  # an integer of more digits than Python converts
         raise BadRecord(path, f"is not valid JSON ({error})") from None
     if problem := out_of_bounds(data):
         raise BadRecord(path, problem)
     return data
+
+
+class RepeatedKey(ValueError):
+    """A key given twice in one object: JSON keeps the last, so the file says two things."""
+
+
+def without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise RepeatedKey(next(key for key in keys if keys.count(key) > 1))
+    return dict(pairs)
 
 
 def read_bounded(path: Path) -> bytes:

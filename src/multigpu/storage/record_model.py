@@ -287,6 +287,17 @@ def agrees(recorded: Any, derived: Any) -> bool:
 class CompletedRecord(Record):
     run: CompletedRun
 
+    @model_validator(mode="after")
+    def completed_with_an_epoch_and_no_reason(self) -> CompletedRecord:
+        """A run completes when its last epoch is trained, and then nothing went wrong."""
+        if not self.history:
+            raise ValueError("status is completed, but history holds no epoch")
+        if self.reason is not None:
+            raise ValueError(f"status is completed, but reason is {shown(self.reason)}")
+        if self.run.strategy == "single" and self.run.devices != 1:
+            raise ValueError(f"run.strategy is single, but run.devices is {self.run.devices}")
+        return self
+
 
 class RecordV1(Record):
     run: RunV1
