@@ -741,3 +741,21 @@ def test_a_trial_that_did_not_complete_is_logged_with_the_values_it_was_drawn_at
     line = "trial 0 diverged (model.optimizer.lr=0.3, data.batch_size=128): told Optuna PRUNED"
     assert line in caplog.text
     assert study.trials[0].state.name == "PRUNED"
+
+
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_trials_of_a_stopped_sweep_are_told_failed(stop):
+    """Ctrl-C in a trial, or a SIGTERM between trials (the sweep's exit): each trial asked is
+    told FAIL before the sweep ends, as docs/sweeps.md says, not left RUNNING in the study's
+    database for good."""
+    import optuna
+
+    from multigpu.run.optuna_trials import failed_if_stopped
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    trials: list = []
+    with pytest.raises(stop), failed_if_stopped(study, trials):
+        trials.append(study.ask())
+        raise stop()
+    assert [t.state.name for t in study.get_trials()] == ["FAIL"]

@@ -10,8 +10,10 @@ the run's ``seed``). Imports Optuna: only when chosen.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin, on Optuna's import
@@ -65,9 +67,12 @@ class OptunaTrials(OptunaSweeperImpl):
         log.info("Study name: %s, sampler: %s", study.study_name, type(self.sampler).__name__)
         done = 0
         while done < self.n_trials:
-            trials = [study.ask() for _ in range(min(self.n_jobs, self.n_trials - done))]
-            overrides = self._configure_trials(trials, space, fixed)
-            returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
+            trials: list[optuna.Trial] = []
+            with failed_if_stopped(study, trials):
+                for _ in range(min(self.n_jobs, self.n_trials - done)):
+                    trials.append(study.ask())  # each asked one is told, however the sweep ends
+                overrides = self._configure_trials(trials, space, fixed)
+                returns = self.launcher.launch(overrides, initial_job_idx=self.job_idx)
             self.job_idx += len(returns)
             with signals_held():  # a trial not told stays RUNNING in a database
                 for trial, returned in zip(trials, returns, strict=True):
@@ -113,6 +118,20 @@ def ending_of(returned: JobReturn) -> JobEnding:
         log.error("job %s raised: %r", returned.overrides, returned._return_value)
         return JobEnding("failed")
     return returned_ending(returned.return_value)
+
+
+@contextlib.contextmanager
+def failed_if_stopped(study: optuna.Study, trials: list[optuna.Trial]) -> Iterator[None]:
+    """A sweep stopped while ``trials`` are asked and run (a stop signal, a job's error that
+    ends the sweep) tells Optuna each of them FAIL first, as the docs say of an interrupted
+    trial: left untold, a trial stays RUNNING in a database for good."""
+    try:
+        yield
+    except BaseException:
+        with signals_held():
+            for trial in trials:
+                study.tell(trial, state=TrialState.FAIL)
+        raise
 
 
 def tell(study: optuna.Study, trial: optuna.Trial, ending: JobEnding) -> None:
