@@ -566,3 +566,20 @@ def test_the_report_names_a_killed_run_and_leaves_a_folder_in_use_alone(tmp_path
             assert sorted(p.name for p in tmp_path.iterdir()) == ["killed"]  # nothing written
         finally:
             holder.kill()
+
+
+def test_the_report_of_a_run_folder_is_refused_and_writes_nothing(tmp_path, capsys):
+    """``python -m multigpu.tools.report <a run's folder>`` had written the summary and plots
+    among the run's own files: refused in one line naming the folder above."""
+    from multigpu.tools.report.__main__ import main
+
+    job = write_job(tmp_path, "seed_1", record()).parent
+    before = sorted(p.name for p in job.iterdir())
+    assert main([str(job)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        f"error: {job} is a run's folder (it holds its metrics.json), not a sweep's: pass the "
+        f"folder of the sweep or runs it belongs to, e.g. {tmp_path.resolve()}"
+    )
+    assert sorted(p.name for p in job.iterdir()) == before
+    assert main([str(tmp_path)]) == 0  # the folder above reports it

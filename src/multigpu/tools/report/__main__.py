@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -18,6 +19,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.sweep_dir.is_dir():
         print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
+        return 2
+    if os.path.lexists(args.sweep_dir / "metrics.json"):  # its report would go among its files
+        print(
+            f"error: {args.sweep_dir} is a run's folder (it holds its metrics.json), not a "
+            f"sweep's: pass the folder of the sweep or runs it belongs to, e.g. "
+            f"{args.sweep_dir.resolve().parent}",
+            file=sys.stderr,
+        )
         return 2
     if not is_free(args.sweep_dir):  # the sweep or run writes its own report when it ends
         print(
