@@ -14,6 +14,7 @@ if __name__ == "__main__":
 import hydra
 from omegaconf import DictConfig
 
+from multigpu.callbacks.interrupts import ended_until_exit
 from multigpu.run.cli import hydra_runtime, register_resolvers, report_user_errors
 from multigpu.run.objective import JobEnding, job_ending
 from multigpu.run.run_summary import print_closing_lines
@@ -30,6 +31,7 @@ register_resolvers()  # ${run_name:} for hydra.run.dir, ${job_folder:} for a swe
 def main(cfg: DictConfig) -> JobEnding:
     record = train(cfg)
     if is_rank_zero() and not hydra_runtime(cfg)[1]:  # a sweep ends with its own table
+        ended_until_exit()  # completed: a signal now would exit 128 + it, the record completed
         print_closing_lines(record, cfg.paths.output_dir)
     return job_ending(record)  # what a sweeper is told (Optuna: the trial's state and value)
 

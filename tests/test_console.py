@@ -208,3 +208,32 @@ def test_progress_written_to_a_pipe_is_lines(tmp_path):
     ]
     assert "loss=" in progress[-1] and "test/acc=" in progress[-1]
     assert progress == [line for line in train_log(tmp_path).splitlines() if "] - Epoch " in line]
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name
+)
+def test_a_signal_after_the_closing_lines_leaves_a_completed_run_exiting_0(tmp_path, signum):
+    """The run completed and said so; a stop signal while the process exits (a second or so,
+    with torch loaded) had ended it with 128 + the signal, its record saying completed."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, process_env
+
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / "train.py"), *RUN],
+        cwd=tmp_path,
+        env=process_env(None),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    for line in proc.stdout:
+        if line.startswith("look at it"):
+            proc.send_signal(signum)
+            break
+    proc.communicate(timeout=60)
+    assert proc.returncode == 0 and record(tmp_path)["status"] == "completed"

@@ -88,6 +88,15 @@ def skipped_on_signal(what: str) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
+def ended_until_exit() -> None:
+    """The run has ended and its record says how: what is left of the process (its closing
+    lines, the interpreter's exit) ignores stop signals, which would otherwise end it with
+    128 + the signal while its record says ``completed``."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, *stop_signals(os.environ)):
+            signal.signal(signum, signal.SIG_IGN)
+
+
 @contextmanager
 def signals_held() -> Iterator[None]:
     """A short block that must finish (Optuna told a trial's result: else the trial stays
