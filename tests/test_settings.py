@@ -168,13 +168,25 @@ def started_by_hand(environ: dict, launcher: str) -> bool:
     if not any(name in environ for name in PROCESS_VARIABLES):
         return False
     child_rank = {"RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "JSM_NAMESPACE_RANK"}
+    # torchrun sets every rank itself; srun only SLURM_PROCID: any other rank in an srun task
+    # or a Lightning address comes from Lightning's start of a process (its parent marked).
+    others = set() if launcher == "torchrun" else child_rank & set(environ)
     return (
         launcher == "nothing"
         or launcher == "salloc"
         and environ.get("SLURM_PROCID", "0") != "0"
-        or launcher == "lightning"
-        and bool(child_rank & set(environ))
+        or bool(others)
+        and launcher != "lightning_child"
     )
+
+
+def rank_beyond_size(environ: dict) -> str | None:
+    """The rank at or above its size (ranks count from 0 to the size - 1), if one is."""
+    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if environ.get(rank, "").isdigit() and environ.get(size, "").isdigit():
+            if int(environ[rank]) >= int(environ[size]):
+                return rank
+    return None
 
 
 @examples(60)
@@ -196,11 +208,14 @@ def test_a_process_is_taken_as_one_of_a_run_only_where_a_launcher_started_it(giv
         if no_number:  # a rank no launcher sets, wherever it came from: named with its value
             assert said.startswith(f"{no_number[0]}={environ[no_number[0]]!r} is not a process")
             return
+        if beyond := rank_beyond_size(environ):  # no launcher starts it
+            assert said.startswith(f"{beyond}={environ[beyond]} is not a process of ")
+            return
         assert by_hand
         assert all(f"{name}={value}" in said for name, value in given_.items())
         assert said.endswith("or start the run with torchrun or srun")
         return
-    assert not by_hand and not no_number
+    assert not by_hand and not no_number and not rank_beyond_size(environ)
 
 
 def test_every_process_of_a_cluster_run_names_its_folder_alike():
@@ -506,3 +521,23 @@ def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):
     assert record.is_rank_zero() is False  # read before the check: no traceback
     monkeypatch.setenv("RANK", "0")
     assert record.is_rank_zero() is True
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({"SLURM_JOB_ID": "1", "RANK": "1"}, "RANK=1 is set, but SLURM did not start"),
+        ({"SLURM_JOB_ID": "1", "LOCAL_RANK": "1"}, "LOCAL_RANK=1 is set, but SLURM did not"),
+        ({"LSB_JOBID": "7", "LOCAL_RANK": "2", "WORLD_SIZE": "3"}, "LOCAL_RANK=2 WORLD_SIZE=3 is"),
+        (
+            {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "1"},
+            "RANK=1 is not a process of WORLD_SIZE=1",
+        ),
+    ],
+)
+def test_a_rank_a_cluster_job_did_not_give_is_refused(environ, said):
+    """A rank beside a cluster job's variables that neither its launcher (srun sets only
+    SLURM_PROCID) nor Lightning's start of a process gave, or one beyond its world: the run
+    had trained as that rank, written no record, and replaced a finished run's checkpoint."""
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
+        check_launched(environ)

@@ -67,13 +67,22 @@ def mark_parent() -> None:
         os.environ[PARENT] = str(os.getpid())
 
 
+# The ranks a cluster's launcher sets itself in the tasks it starts; any other rank there comes
+# from Lightning's DDP starting processes from one task (an interactive allocation).
+OWN_RANKS = {"SLURM": ("SLURM_PROCID",), "LSF": ("JSM_NAMESPACE_RANK",), "torchrun": CHILD_RANKS}
+
+
 def started_as_a_child(environ: Mapping[str, str], launcher: str) -> bool:
-    """Whether a rank this launcher sets only in its own children is one of theirs."""
-    if launcher == "SLURM" and environ.get("SLURM_PROCID", "0") != "0":
-        return slurm_started(environ)
-    if launcher == "Lightning's DDP" and any(name in environ for name in CHILD_RANKS):
-        return environ.get(PARENT) == str(os.getppid())
-    return True
+    """Whether a rank this launcher sets only in its own children is one of theirs: srun's
+    rank beyond the first in an srun task, any other rank in a process Lightning started."""
+    if (
+        launcher == "SLURM"
+        and environ.get("SLURM_PROCID", "0") != "0"
+        and not slurm_started(environ)
+    ):
+        return False
+    others = [n for n in CHILD_RANKS if n in environ and n not in OWN_RANKS.get(launcher, ())]
+    return not others or environ.get(PARENT) == str(os.getppid())
 
 
 def launcher_of(environ: Mapping[str, str]) -> str | None:
@@ -92,6 +101,13 @@ def check_launched(environ: Mapping[str, str]) -> None:
             f"{name}={environ[name]!r} is not a process number (launchers set 0, 1, ...): "
             f"unset {name}, or start the run with torchrun or srun"
         )
+    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+        if rank in environ and size in environ and int(environ[rank]) >= int(environ[size]):
+            raise UserError(
+                f"{rank}={environ[rank]} is not a process of {size}={environ[size]} (ranks "
+                f"count from 0 to {size} - 1): unset {rank} and {size}, or start the run with "
+                "torchrun or srun"
+            )
     launcher = launcher_of(environ)
     shown = " ".join(f"{name}={environ[name]}" for name in given)
     if given and launcher is not None and not started_as_a_child(environ, launcher):
