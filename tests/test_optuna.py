@@ -759,3 +759,17 @@ def test_trials_of_a_stopped_sweep_are_told_failed(stop):
         trials.append(study.ask())
         raise stop()
     assert [t.state.name for t in study.get_trials()] == ["FAIL"]
+
+
+@pytest.mark.subprocess
+def test_trials_sharing_one_checkpoint_folder_are_refused_before_the_first(tmp_path):
+    """``callbacks.checkpoint.dirpath=<one folder>`` for a study of 2 trials: the second trial
+    had been refused after the first had run, leaving its folder without a record."""
+    folder = f"callbacks.checkpoint.dirpath={tmp_path / 'ck'}"
+    sweep = f"hydra.sweep.dir={tmp_path / 'sw'}"
+    refused = run_script("train.py", "-m", *STUDY, "hydra.sweeper.n_trials=2", folder, sweep,
+                         cwd=tmp_path)  # fmt: skip
+    assert refused.returncode == 2
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.endswith(f"would share the folder {tmp_path / 'ck'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

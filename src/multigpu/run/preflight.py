@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import itertools
 import json
 import logging
 import sys
@@ -26,6 +27,7 @@ from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, 
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
+    CHECKPOINT_FOLDER,
     RUN_FOLDER,
     admit,
     check_hydra_folder,
@@ -134,8 +136,10 @@ def check_sweep(config: DictConfig) -> None:
             else:
                 if admission.finished is None:  # a finished job is skipped: nothing is built
                     starting.append((f"job {number} ({name})", job, admission.run))
-    if is_optuna(config):  # its trials' folders are named by values drawn later
+    if is_optuna(config):  # its trials' run folders are named by values drawn later
         what = "trials at the ends of the search space (hydra.sweeper.params)"
+        if len(jobs) > 1 and config.hydra.sweeper.get("n_trials", 2) > 1:
+            problems = shared_folders(written, (CHECKPOINT_FOLDER,)) + problems
     else:
         problems = shared_folders(written) + problems
         what = "jobs"
@@ -162,14 +166,21 @@ def refuse_jobs(problems: list[str], count: int, what: str) -> None:
         )
 
 
-def shared_folders(written: list[dict[str, Path]]) -> list[str]:
+def shared_folders(
+    written: list[dict[str, Path]], keys: tuple[str, ...] | None = None
+) -> list[str]:
     """Two jobs that would write in one folder (their run folders, or checkpoint folders
-    named alike): the second would overwrite the first's files."""
+    named alike), or in folders one inside the other: the second would overwrite the first's
+    files, or hold them. ``keys``: only the folders these settings name."""
     problems = []
-    for a in range(len(written)):
-        for b in range(a + 1, len(written)):
-            common = set(written[a].values()) & set(written[b].values())
-            problems += [f"jobs {a} and {b} would share the folder {f}" for f in sorted(common)]
+    folders = [[f for k, f in w.items() if keys is None or k in keys] for w in written]
+    for a, b in itertools.combinations(range(len(written)), 2):
+        for one, other in itertools.product(folders[a], folders[b]):
+            if one == other:
+                problems.append(f"jobs {a} and {b} would share the folder {one}")
+            elif other in one.parents or one in other.parents:
+                inner, outer = (one, other) if other in one.parents else (other, one)
+                problems.append(f"jobs {a} and {b} would write in {inner}, inside {outer}")
     return problems
 
 
