@@ -27,7 +27,6 @@ from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, 
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
-    CHECKPOINT_FOLDER,
     RUN_FOLDER,
     admit,
     check_hydra_folder,
@@ -40,7 +39,7 @@ from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ownership import acquire_all
-from multigpu.storage.paths import canonical
+from multigpu.storage.paths import canonical, is_within
 from multigpu.storage.record import is_rank_zero
 
 log = logging.getLogger(__name__)
@@ -138,8 +137,8 @@ def check_sweep(config: DictConfig) -> None:
                     starting.append((f"job {number} ({name})", job, admission.run))
     if is_optuna(config):  # its trials' run folders are named by values drawn later
         what = "trials at the ends of the search space (hydra.sweeper.params)"
-        if len(jobs) > 1 and config.hydra.sweeper.get("n_trials", 2) > 1:
-            problems = shared_folders(written, (CHECKPOINT_FOLDER,)) + problems
+        if config.hydra.sweeper.get("n_trials", 2) > 1:  # a folder of its own each, or none
+            problems = shared_folders([outside_own(w) for w in written]) + problems
     else:
         problems = shared_folders(written) + problems
         what = "jobs"
@@ -166,14 +165,19 @@ def refuse_jobs(problems: list[str], count: int, what: str) -> None:
         )
 
 
-def shared_folders(
-    written: list[dict[str, Path]], keys: tuple[str, ...] | None = None
-) -> list[str]:
+def outside_own(written: dict[str, Path]) -> dict[str, Path]:
+    """An Optuna trial's folders that are not named by its drawn values: a checkpoint folder
+    outside its run folder (every trial would write there)."""
+    run = written[RUN_FOLDER]
+    return {k: f for k, f in written.items() if k != RUN_FOLDER and not is_within(f, run)}
+
+
+def shared_folders(written: list[dict[str, Path]]) -> list[str]:
     """Two jobs that would write in one folder (their run folders, or checkpoint folders
     named alike), or in folders one inside the other: the second would overwrite the first's
-    files, or hold them. ``keys``: only the folders these settings name."""
+    files, or hold them."""
     problems = []
-    folders = [[f for k, f in w.items() if keys is None or k in keys] for w in written]
+    folders = [list(w.values()) for w in written]
     for a, b in itertools.combinations(range(len(written)), 2):
         for one, other in itertools.product(folders[a], folders[b]):
             if one == other:
