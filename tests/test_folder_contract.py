@@ -57,6 +57,7 @@ def admitted(cfg, folder: Path):
 
 
 # 1. A record only moves forward ---------------------------------------------------------------
+@pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_resuming_previous_ckpt_into_its_own_folder_is_refused_and_last_ckpt_continues(tmp_path):
     """``ckpt_path=<X>/checkpoints/previous.ckpt hydra.run.dir=<X>``: X's record had gone back
@@ -366,6 +367,7 @@ def wait_for(condition, seconds: float = 60) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_sigterm_after_ctrl_c_was_recorded_does_not_change_the_exit_status(tmp_path):
     """Ctrl-C, then SIGTERM once the record says ``interrupted by SIGINT`` (while the process

@@ -55,6 +55,7 @@ def settings_of(*overrides: str, folder: Path = Path("/tmp/x")) -> dict:
     return computation(cfg, resolve_on(cfg))
 
 
+@pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 def test_settings_ignore_where_and_how_but_count_what_changes_the_math():
     base = settings_of()
     for same in (

@@ -64,6 +64,7 @@ def test_run_leaves_config_events_checkpoint_and_metrics(finished_run):
     assert test_acc[-1] == pytest.approx(metrics["test_acc"], abs=1e-6)
 
 
+@pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_eval_of_the_latest_checkpoint_reports_the_runs_test_accuracy(finished_run, data_root):
     """``ckpt_path=latest`` in the project folder, as train.py takes it; stdout is the JSON
