@@ -540,11 +540,12 @@ def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(
     if folder_holds != "new":
         from conftest import resolve_on
 
-        settings = computation(cfg, resolve_on(cfg))
-        if folder_holds == "other_run":
-            settings = {**settings, "seed": 7}
+        resolved = resolve_on(cfg)
+        settings, ran = computation(cfg, resolved), resolved.record()
+        if folder_holds == "other_run":  # the record agrees with itself: run and settings
+            settings, ran = {**settings, "seed": 7}, {**ran, "seed": 7}
         run.mkdir()
-        (run / "metrics.json").write_text(json.dumps({**summarize([], RUN, settings=settings)}))
+        (run / "metrics.json").write_text(json.dumps({**summarize([], ran, settings=settings)}))
     before = snapshot(base)
     continues = folder_holds == "same_run_unfinished" and "last.ckpt" in files
     has_checkpoints = any(name.endswith(".ckpt") for name in files)
