@@ -93,8 +93,14 @@ def ended_until_exit() -> None:
     lines, the interpreter's exit) ignores stop signals, which would otherwise end it with
     128 + the signal while its record says ``completed``."""
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, *stop_signals(os.environ)):
-            signal.signal(signum, signal.SIG_IGN)
+        ignore_stop_signals()
+
+
+def ignore_stop_signals(signums: tuple[signal.Signals, ...] | None = None) -> None:
+    """The OS ignores Ctrl-C and the stop signals (``signums``) from now on: the process's
+    ending is decided, and a later signal would only change its exit status."""
+    for signum in signums or (signal.SIGINT, *stop_signals(os.environ)):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 @contextmanager
@@ -213,8 +219,7 @@ def ignored_until_exit(signums: tuple[signal.Signals, ...], ending: Ending | Non
     instead."""
     stopped = ending or _ending
     if stopped is not None and stopped.first is not None:
-        for signum in signums:
-            signal.signal(signum, signal.SIG_IGN)
+        ignore_stop_signals(signums)
 
 
 @contextmanager

@@ -18,7 +18,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.callbacks.interrupts import defer_stop, deferred_stop
+from multigpu.callbacks.interrupts import defer_stop, deferred_stop, ignore_stop_signals
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError, message
 from multigpu.config.job_names import share_swept_keys
 from multigpu.config.launch import stop_signals
@@ -148,8 +148,7 @@ def between_jobs(signum: int, frame: Any) -> None:
     if job_being_set_up() is not None:
         defer_stop(signum)
         return
-    for later in (signal.SIGINT, *stop_signals(os.environ)):
-        signal.signal(later, signal.SIG_IGN)  # the first signal is the sweep's ending
+    ignore_stop_signals()  # the first signal is the sweep's ending
     name = signal.Signals(signum).name
     said = f"error: interrupted by {name} between the sweep's jobs: the sweep stops; its command "
     said += "run again runs the jobs left\n"
