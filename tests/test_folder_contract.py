@@ -575,6 +575,37 @@ def test_sigterm_as_the_run_folder_appears_leaves_a_record_the_command_continues
 
 
 @pytest.mark.subprocess
+def test_sigterm_just_after_the_run_takes_its_folder_is_recorded_there(tmp_path):
+    """The run's folder exists from the moment it is taken (``acquire_all``), before the
+    handler that records an early stop was set: a SIGTERM there ended the process by the
+    signal (status -15), the folder left with no record. Sent at exactly that point now, it
+    is the run's one line, exit 143, and an ``interrupted`` record of its settings."""
+    from conftest import run_python
+
+    folder = tmp_path / "run"
+    script = tmp_path / "sigterm_after_taking.py"
+    script.write_text(
+        "import os, runpy, signal, sys\n"
+        "import multigpu.run.preflight as preflight\n"
+        "taken = preflight.acquire_all\n"
+        "def taken_then_stopped(*args, **kwargs):\n"
+        "    took = taken(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return took\n"
+        "preflight.acquire_all = taken_then_stopped\n"
+        f"sys.argv[0] = {str(REPO / 'train.py')!r}\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    result = run_python(
+        str(script), *SYNTHETIC, f"hydra.run.dir={folder}", cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 143, result.stderr[-3000:]
+    assert one_line(result.stderr).startswith("error: interrupted by SIGTERM")
+    record = record_of(folder)
+    assert record["status"] == "interrupted" and record["settings"]
+
+
+@pytest.mark.subprocess
 def test_a_tilde_in_the_sweep_folder_is_one_line_for_the_whole_sweep(tmp_path):
     """It had been refused once per job, the same reason repeated inside the sweep's line."""
     from conftest import run_script

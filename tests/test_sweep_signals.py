@@ -234,6 +234,30 @@ def test_an_evaluation_stopped_by_a_signal_ignores_later_ones_from_exit_on(handl
     assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
 
 
+def test_a_handler_set_while_signals_are_held_stays_and_takes_the_held_signal():
+    """A run taking its folders holds stop signals, then sets the handler that records its
+    ending: that handler stays after the block, and the held SIGTERM reaches it (not the one
+    before, which had ended the process with no record)."""
+    import os
+    import signal
+
+    from multigpu.callbacks.interrupts import signals_held
+
+    came: list[str] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append("before"))
+    try:
+
+        def recording(signum, frame):
+            came.append("recorded")
+
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.signal(signal.SIGTERM, recording)
+        assert came == ["recorded"] and signal.getsignal(signal.SIGTERM) is recording
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_a_signal_while_signals_are_held_acts_once_the_block_has_ended():
     """``signals_held`` (Optuna telling a trial's result): a SIGTERM inside waits for the
     block's end, then reaches the handler that was there before."""

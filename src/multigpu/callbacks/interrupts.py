@@ -106,18 +106,24 @@ def ignore_stop_signals(signums: tuple[signal.Signals, ...] | None = None) -> No
 @contextmanager
 def signals_held() -> Iterator[None]:
     """A short block that must finish (Optuna told a trial's result: else the trial stays
-    RUNNING in its database): a stop signal waits for its end, then acts as it would have."""
+    RUNNING in its database; a run taking its folders): a stop signal waits for its end, then
+    acts as it would have, or as the handler the block set for it says."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     came: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        came.append(signum)
+
     signums = (signal.SIGINT, *stop_signals(os.environ))
-    previous = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in signums}
+    previous = {s: signal.signal(s, hold) for s in signums}
     try:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if signal.getsignal(signum) is hold:  # not one the block set
+                signal.signal(signum, handler)
         if came:
             signal.raise_signal(came[0])
 

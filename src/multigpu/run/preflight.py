@@ -23,6 +23,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import Container, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from multigpu.callbacks.interrupts import signals_held
 from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, summary_line
 from multigpu.config.job_names import job_folder_name, swept_keys
 from multigpu.config.settings import Machine, Run, plain
@@ -232,11 +233,15 @@ class Preflight(Callback):
                 raise finished_notice(folder, admission.finished)
             if is_rank_zero():
                 check_run_objects(cfg, admission.run)  # what torch refuses only when built
-                # Held until this process ends; no run wrote there since admission read them.
-                acquire_all(admission.folders, functools.partial(check_unchanged, admission))
+            # A stop signal once the folder exists is the run's ending, recorded there: held
+            # until the run is remembered, whose handler records it.
+            with signals_held():
+                if is_rank_zero():
+                    # Held until this process ends; no run wrote there since admission read them.
+                    acquire_all(admission.folders, functools.partial(check_unchanged, admission))
+                remember(folder, admission)
         except UserError as err:
             refuse(message(err), err.exit_code)
-        remember(folder, admission)
 
     @guarded
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
