@@ -456,6 +456,7 @@ def test_every_spelling_of_a_folder_is_one_folder_with_one_owner(tmp_path_factor
         assert not is_held(first)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_runs_dir_spelt_through_its_parent_is_the_default_place(tmp_path):
     """``paths.runs_dir=../here/outputs`` run from ``here``: every run had been refused as "in
@@ -470,7 +471,7 @@ def test_a_runs_dir_spelt_through_its_parent_is_the_default_place(tmp_path):
 
 
 # Every folder a run writes in has one owner ------------------------------------------------------
-@examples(15)  # each example starts the process that owns the folder
+@examples(8)  # each example starts the process that owns the folder
 @given(st.sampled_from(["run", "checkpoints"]), st.booleans(), spellings)
 def test_a_folder_another_process_owns_is_refused_by_name_and_folder(
     tmp_path_factory, held, inside, how

@@ -510,7 +510,7 @@ def bad_settings(draw) -> tuple[list[str], str]:
 OPTIMIZER_KEYS = {"_target_", "_partial_", "lr", "momentum", "weight_decay"}
 
 
-@examples(20)
+@examples(12)
 @given(setting=bad_settings())
 def test_any_bad_study_setting_is_one_line_naming_it_and_nothing_is_written(
     setting, tmp_path_factory, capsys

@@ -249,7 +249,7 @@ def unknown_keys(draw) -> tuple[str, str]:
     return node, key
 
 
-@examples(40)
+@examples(25)
 @given(unknown_keys())
 def test_a_key_nothing_reads_is_refused_in_one_line_wherever_the_config_got_it(case):
     """Added on the command line here; a config file of the user's gives the validator the same
