@@ -13,7 +13,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import TINY, run_script
+from conftest import TINY, examples, run_script
+from hypothesis import given
+from hypothesis import strategies as st
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
@@ -66,6 +68,55 @@ def test_speed_is_samples_over_time_after_the_first_epoch():
     assert slow_epoch_s / fast_epoch_s == pytest.approx(fast_rate / slow_rate)
     assert speed(history([(5.0, 800)])) == pytest.approx((5.0, 160.0))  # one epoch: that one
     assert speed([]) == (None, None)
+
+
+@examples(60)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.01, 100), st.integers(1, 10_000), st.none() | st.integers(0, 50)),
+        max_size=6,
+    )
+)
+def test_an_epoch_stopped_before_its_last_batch_is_shorter_not_faster(epochs):
+    """``+trainer.max_steps`` or ``max_time`` ending an epoch early: its seconds are no epoch's,
+    so seconds per epoch come from whole epochs only (none: no figure), and samples per second
+    from the whole ones too, or from the stopped ones when none ran whole."""
+    from multigpu.storage.record_model import timed_epochs
+
+    drawn = [
+        {"epoch": i + 1, "epoch_s": s, "samples_per_s": n / s, "stopped_at_batch": cut}
+        for i, (s, n, cut) in enumerate(epochs)
+    ]
+    whole = [(s, n) for s, n, cut in epochs if cut is None]
+    counted = whole or [(s, n) for s, n, _ in epochs]
+    counted = counted[1:] if len(counted) > 1 else counted
+    epoch_s, rate = speed(drawn)
+    if not counted:
+        assert (epoch_s, rate) == (None, None)
+        return
+    assert rate == pytest.approx(sum(n for _, n in counted) / sum(s for s, _ in counted))
+    if whole:
+        assert epoch_s == pytest.approx(sum(s for s, _ in counted) / len(counted))
+    else:
+        assert epoch_s is None
+    assert all(h["stopped_at_batch"] is None for h in timed_epochs(drawn)) == bool(whole)
+
+
+def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_path):
+    """It had been recorded as a whole epoch: its half-length seconds counted as an epoch's,
+    and the closing line said nothing of the stop."""
+    from conftest import compose_config
+    from test_integrity import SYNTHETIC
+
+    from multigpu.run.training import train
+
+    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+trainer.max_steps=6"]
+    record = train(compose_config(overrides, tmp_path / "run"))  # 4 batches an epoch
+    assert record["status"] == "completed"
+    assert [h["stopped_at_batch"] for h in record["history"]] == [None, 2]
+    assert record["epoch_s"] == pytest.approx(record["history"][0]["epoch_s"])
+    (said, *_) = closing_lines(record, tmp_path / "run")
+    assert "after 2 epoch(s), the last stopped after 2 batch(es)" in said
 
 
 def test_records_of_earlier_schemas_count_epochs_from_one():

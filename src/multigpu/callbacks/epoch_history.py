@@ -12,6 +12,7 @@ a carried history without ``wall_s`` (an older version's) leaves this run's null
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -32,6 +33,15 @@ EPOCH_KEYS = {
     "samples_per_s": "throughput/samples_per_s",
     "peak_gpu_mb": "memory/peak_gpu_mb",
 }
+
+
+def stopped_at_batch(trainer: Trainer) -> int | None:
+    """The batches the epoch trained if it ended before its last (``max_steps`` or
+    ``max_time`` reached, ``should_stop`` set), else None: a partial epoch is recorded as one,
+    never as a whole epoch."""
+    trained = trainer.fit_loop.epoch_loop.batch_progress.current.completed
+    whole = trainer.num_training_batches
+    return trained if math.isfinite(whole) and trained < whole else None
 
 
 class EpochHistory(Callback):
@@ -57,6 +67,7 @@ class EpochHistory(Callback):
             value = logged.get(name)
             entry[key] = None if value is None else float(value)  # waits for the device
         entry["wall_s"] = self.wall_s()
+        entry["stopped_at_batch"] = stopped_at_batch(trainer)
         self.record.add_epoch(entry)
 
     @override

@@ -31,21 +31,31 @@ REPEATED |= {"model.net.width": "width", "model.net.norm": "norm"}
 
 
 def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The epochs speed is measured over: all but the first, which also pays for warm-up
-    (data loading starts, allocator, cuDNN autotuning), unless it is the only one."""
+    """The epochs speed is measured over: the whole ones (an epoch stopped before its last
+    batch is shorter, not faster) but the first, which also pays for warm-up (data loading
+    starts, allocator, cuDNN autotuning), unless it is the only one; with no whole epoch, the
+    stopped ones."""
     timed = [h for h in history if h.get("epoch_s") and h.get("samples_per_s")]
+    whole = [h for h in timed if h.get("stopped_at_batch") is None]
+    timed = whole or timed
     return timed[1:] if len(timed) > 1 else timed
+
+
+def whole(epochs: list[dict[str, Any]]) -> bool:
+    """Whether the epochs ran to their last batch (their seconds are an epoch's)."""
+    return all(h.get("stopped_at_batch") is None for h in epochs)
 
 
 def speed(history: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     """(seconds per epoch, samples per second) over ``timed_epochs``: total time over epochs,
-    total samples over total time. One definition, so two runs compare the same way by either."""
+    total samples over total time. One definition, so two runs compare the same way by either.
+    No seconds per epoch when no epoch ran whole."""
     timed = timed_epochs(history)
     if not timed:
         return None, None
     seconds = sum(float(h["epoch_s"]) for h in timed)  # floats: no integer overflows a division
     samples = sum(float(h["samples_per_s"]) * h["epoch_s"] for h in timed)
-    return seconds / len(timed), samples / seconds
+    return (seconds / len(timed) if whole(timed) else None), samples / seconds
 
 
 def about(description: str, **bounds: Any) -> Any:
@@ -120,6 +130,10 @@ class Epoch(Measured):
     compile_s: Amount | None = about("seconds spent compiling in it (null when not compiled)")
     wall_s: Amount | None = about(
         "seconds since the run's start at the end of the epoch's evaluation"
+    )
+    stopped_at_batch: Count | None = about(
+        "the batches it trained when +trainer.max_steps or +trainer.max_time stopped it before "
+        "its last batch (null: the whole epoch)"
     )
 
 

@@ -65,6 +65,11 @@ def study_rows(study_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def mean_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.mean(known) if known else None
+
+
 def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     run = jobs[0]["run"]
     finals = [j["test_acc"] for j in jobs]
@@ -80,8 +85,8 @@ def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean": statistics.mean(finals),
         "sd": statistics.stdev(finals) if len(finals) > 1 else 0.0,
         "best_mean": statistics.mean(j["best_test_acc"] for j in jobs),
-        "epoch_s": statistics.mean(j["epoch_s"] for j in jobs),
-        "hours": sum(sum(h["epoch_s"] for h in j["history"]) for j in jobs) / 3600,
+        "epoch_s": mean_or_none([j["epoch_s"] for j in jobs]),  # null: no epoch ran whole
+        "hours": sum(sum(h["epoch_s"] or 0 for h in j["history"]) for j in jobs) / 3600,
         "curves": [[(h["epoch"], h["test_acc"]) for h in j["history"]] for j in jobs],
         "time_to": time_to_targets(jobs),
     }
@@ -125,7 +130,7 @@ def to_markdown(rows: list[dict[str, Any]]) -> str:
                 f"{r['mean']:.4f} ± {r['sd']:.4f}",
                 ", ".join(f"{v:.4f}" for v in r["finals"]),
                 f"{r['best_mean']:.4f}",
-                f"{r['epoch_s']:.1f}",
+                "-" if r["epoch_s"] is None else f"{r['epoch_s']:.1f}",
                 *(time_cell(r.get("time_to", {}).get(t)) for t in targets),
             ]
             for r in rows
