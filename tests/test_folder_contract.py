@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, composed, examples, start_script
+from conftest import REPO, TINY, composed, examples, start_script
 from hypothesis import given
 from hypothesis import strategies as st
 from test_integrity import SYNTHETIC, snapshot, spelling_place, spellings, spelt, tiny_run
@@ -343,6 +343,67 @@ def test_no_folder_a_run_writes_is_in_another_runs_folder(
             return
         assert not in_other
         assert admission.folders == {RUN_FOLDER: run, CHECKPOINT_FOLDER: dirpath}
+
+
+# The places a run writes in besides its folders: by the setting that names each, where the
+# value given for a place puts it (Hydra's config copy is named from the run folder).
+PLACES = {
+    "hydra.output_subdir": lambda place, run: os.path.relpath(place, run),
+    "hydra.job_logging.handlers.file.filename": lambda place, run: str(place / "train.log"),
+    "logger.save_dir": lambda place, run: str(place),
+    "data.root": lambda place, run: str(place),
+}
+
+
+@examples(15)
+@given(
+    key=st.sampled_from(sorted(PLACES)),
+    mark=st.sampled_from(["metrics.json", "multirun.yaml", None]),
+    depth=st.integers(0, 2),
+)
+def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, mark, depth):
+    """Hydra's config copy (``hydra.output_subdir=../A/.hydra`` replaced A's), its log file,
+    the logger's files and the data set's had been written wherever they were named, inside
+    another run's or sweep's folder too. Now such a place is refused in one line naming it and
+    its setting, and nothing is written; anywhere else, the run is admitted."""
+    from multigpu.run.admission import check_places_apart, written_places
+
+    base = tmp_path_factory.mktemp("places")
+    other, run = base / "other", base / "mine"
+    other.mkdir()
+    if mark is not None:
+        (other / mark).write_text("{}")
+    place = other.joinpath(*["inner"] * depth)
+    data = [] if key == "data.root" else ["data=synthetic"]
+    cfg = composed([*TINY, *data, f"{key}={PLACES[key](place, run)}"], run)
+    assert written_places(cfg, run)[key] == place
+    before = snapshot(base)
+    if mark is None:
+        check_places_apart(written_places(cfg, run), None)  # no other run there: admitted
+        return
+    with pytest.raises(OccupiedFolder) as refused:
+        admitted(cfg, run)
+    said = str(refused.value)
+    assert f"{place} ({key})" in said and "\n" not in said and "another" in said
+    assert said.endswith(f"pass a {key} outside other runs' folders")
+    assert snapshot(base) == before
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_sweep_whose_values_name_hydras_job_runs(tmp_path):
+    """``logger.save_dir=${hydra:sweep.dir}/tb_${hydra:job.num}``, as Hydra documents it: the
+    sweep had been refused before its first job ("HydraConfig was not set"), its checks
+    reading the job's values before Hydra sets them. Each job now writes in its own place."""
+    from conftest import run_script
+
+    result = run_script(
+        "train.py", "-m", *SYNTHETIC, "logger.save_dir=${hydra:sweep.dir}/tb_${hydra:job.num}",
+        "seed=1,2", "hydra.sweep.dir=sweep", cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    for number in (0, 1):
+        assert list((tmp_path / "sweep" / f"tb_{number}").glob("events.out.tfevents.*"))
 
 
 # 4. Two signals: the run ends for the first ----------------------------------------------------

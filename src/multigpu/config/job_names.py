@@ -16,14 +16,21 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterable
+from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 SWEPT_KEYS_VARIABLE = "MULTIGPU_SWEPT_KEYS"
 MAX_NAME = 200  # bytes of a job folder's name: under the usual 255, with room for a suffix
 # What a value keeps as it is in a folder's name: what Hydra's grammar takes unquoted and no
 # file system or shell treats specially.
 SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._+-")
+
+
+def task_overrides(hydra: Any) -> list[str]:
+    """The command line's overrides (Hydra's ``overrides.task``) as given: unresolved, since
+    ``${hydra:job.num}`` in one resolves only inside its job."""
+    return [str(o) for o in OmegaConf.to_container(hydra.overrides.task) or []]
 
 
 def swept_keys(task_overrides: Iterable[str], sweeper_params: dict | None) -> list[str]:
@@ -40,7 +47,7 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: dict | None) -> li
 def share_swept_keys(config: DictConfig) -> None:
     """At the start of a multirun: tell its jobs (in this process, or launched from it with
     its environment) which keys are swept."""
-    keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
+    keys = swept_keys(task_overrides(config.hydra), config.hydra.sweeper.get("params"))
     os.environ[SWEPT_KEYS_VARIABLE] = ",".join(keys)
 
 
@@ -87,4 +94,4 @@ def job_folder() -> str:
     from hydra.core.hydra_config import HydraConfig
 
     job = HydraConfig.get()
-    return sweep_job_folder(job.overrides.task, job.job.num)
+    return sweep_job_folder(task_overrides(job), job.job.num)

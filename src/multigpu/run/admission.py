@@ -42,6 +42,7 @@ from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.computation import computation, describe, differences
 from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
+from multigpu.config.job_names import task_overrides
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.data.locate import check_reachable
@@ -129,6 +130,7 @@ def admit(
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
+        check_places_apart(written_places(cfg, folders[RUN_FOLDER]), sweep)
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -435,9 +437,7 @@ def apart_refusal(key: str, folder: Path, found: OtherRun) -> OccupiedFolder:
 def sweep_folder(cfg: DictConfig) -> Path | None:
     """The folder of the sweep whose job this run is (None for a run of its own): from the
     config when composed with Hydra's, else from the running app."""
-    hydra = cfg.get("hydra") if "hydra" in cfg else None
-    if hydra is None and HydraConfig.initialized():
-        hydra = HydraConfig.get()
+    hydra = hydra_of(cfg)
     if hydra is None or not str(hydra.get("mode")).endswith("MULTIRUN"):
         return None
     # Relative to where the sweep started: a job under hydra.job.chdir=true runs in its folder.
@@ -476,7 +476,7 @@ def swept(config: DictConfig) -> tuple[list[Any], Any]:
     """What a sweep runs: its task overrides and its sweeper's ``params``, as given."""
     hydra = config.hydra
     params = hydra.sweeper.get("params") if hydra.get("sweeper") is not None else None
-    return list(container(hydra.overrides.task) or []), container(params) or {}
+    return task_overrides(hydra), container(params) or {}
 
 
 def same_sweep(one: tuple[list[Any], Any], other: tuple[list[Any], Any]) -> bool:
@@ -499,6 +499,49 @@ def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
     if checkpoint.get("dirpath") is not None:
         folders[CHECKPOINT_FOLDER] = canonical(str(checkpoint["dirpath"]))
     return folders
+
+
+def written_places(cfg: DictConfig, run_folder: Path) -> dict[str, Path]:
+    """The folders outside its own that a run writes in, by the setting that names them:
+    Hydra's copy of the config (``hydra.output_subdir``, from the run folder) and its log file,
+    the logger's files, the data set's. Shared places (one ``data.root`` for every run) are
+    not owned, only kept out of other runs' folders (``check_places_apart``). A value that
+    names Hydra's run folder before Hydra has set it is the run folder's own."""
+    hydra = hydra_of(cfg)
+    subdir = hydra.get("output_subdir") if hydra is not None else None
+    try:
+        log = OmegaConf.select(hydra, "job_logging.handlers.file.filename", default=None)
+    except Exception:  # noqa: BLE001 - ${hydra.runtime.output_dir}: not set before the run
+        log = None
+    given = {
+        "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
+        "hydra.job_logging.handlers.file.filename": None if log is None else Path(str(log)).parent,
+        "logger.save_dir": OmegaConf.select(cfg, "logger.save_dir", default=None),
+        "data.root": OmegaConf.select(cfg, "data.root", default=None),
+    }
+    places = {key: canonical(str(value)) for key, value in given.items() if value is not None}
+    return {key: p for key, p in places.items() if not (p == run_folder or run_folder in p.parents)}
+
+
+def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
+    """No place the run writes in outside its folders (``written_places``) is, or is inside,
+    another run's or sweep's folder: Hydra's config copy would replace that run's, the logger's
+    files or the data set's would join its files. Its own sweep's folder may hold them."""
+    for key, place in places.items():
+        if place == sweep:
+            continue
+        found = other_run(place, ABOVE, locked=os.path.lexists(place / HYDRA))
+        found = found or other_above(place, sweep=sweep)
+        if found is not None and found.kind != "checkpoints":
+            raise apart_refusal(key, place, found)
+
+
+def hydra_of(cfg: DictConfig) -> Any:
+    """The Hydra config of the run: composed with it, else the running app's (None: neither)."""
+    hydra = cfg.get("hydra") if "hydra" in cfg else None
+    if hydra is None and HydraConfig.initialized():
+        hydra = HydraConfig.get()
+    return hydra
 
 
 def checkpoint_folder(folders: dict[str, Path]) -> Path:

@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from multigpu.config.errors import UserError, closest, did_you_mean, summary_line
+from multigpu.config.job_names import task_overrides
 from multigpu.run.objective import DIRECTION, OBJECTIVE
 
 HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
@@ -57,7 +58,7 @@ def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:
     check_counts(settings)
     check_direction(settings.direction)
     check_not_grid(settings.sampler)
-    arguments = list(config.hydra.overrides.task)
+    arguments = task_overrides(config.hydra)
     if settings.get("params") is None and settings.get("search_space") is not None:
         space, fixed = search_space(made_sweeper(settings), settings, arguments)  # deprecated
         values = {key: ends(distribution) for key, distribution in space.items()}
@@ -86,7 +87,7 @@ def check_study(config: DictConfig) -> None:
 
     settings = config.hydra.sweeper
     sweeper = made_sweeper(settings, sampler_settings(config))
-    space, _ = search_space(sweeper, settings, list(config.hydra.overrides.task))
+    space, _ = search_space(sweeper, settings, task_overrides(config.hydra))
     held = functools.partial(check_held_study, settings.storage, settings.study_name, space)
     check_storage(settings.storage, held)
 

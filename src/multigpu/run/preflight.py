@@ -14,18 +14,19 @@ import functools
 import itertools
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import Container, DictConfig, OmegaConf, open_dict
+from omegaconf import Container, DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.callbacks.interrupts import signals_held
 from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, summary_line
-from multigpu.config.job_names import job_folder_name, swept_keys
+from multigpu.config.job_names import job_folder_name, swept_keys, task_overrides
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
@@ -53,13 +54,34 @@ def refuse(text: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
-def with_output_dir(config: DictConfig, folder: Path) -> DictConfig:
-    """The job's config as its run will see it: ``paths.output_dir`` is Hydra's runtime
-    folder, which Hydra sets only once it creates it."""
+def with_output_dir(config: DictConfig, folder: Path, number: int | None = None) -> DictConfig:
+    """The job's config as its run will see it: ``paths.output_dir`` and Hydra's
+    ``runtime.output_dir`` are the folder, which Hydra sets only once it creates it, and a
+    sweep's job has its ``number`` (``hydra.job.num``), which Hydra's launcher sets then."""
     config = copy.deepcopy(config)
     with open_dict(config):
         OmegaConf.update(config, "paths.output_dir", str(folder), force_add=True)
+    if "hydra" in config:
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.runtime.output_dir = os.path.abspath(folder)
+            if number is not None:
+                config.hydra.job.id, config.hydra.job.num = number, number
     return config
+
+
+@contextlib.contextmanager
+def as_hydra_sets_it(job: DictConfig) -> Iterator[None]:
+    """``${hydra:...}`` in the job's config resolves, for the block, as in its run: Hydra sets
+    its config for that only as the job starts."""
+    from hydra.core.hydra_config import HydraConfig
+
+    instance = HydraConfig.instance()
+    before = instance.cfg
+    instance.set_config(job)
+    try:
+        yield
+    finally:
+        instance.cfg = before
 
 
 def check_creatable_folder(folder: str, key: str) -> None:
@@ -91,7 +113,7 @@ def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
     if config.hydra.sweeper.get("_target_") != BASIC_SWEEPER:
         return None
     params = config.hydra.sweeper.get("params") or {}
-    arguments = [f"{k}={v}" for k, v in params.items()] + list(config.hydra.overrides.task)
+    arguments = [f"{k}={v}" for k, v in params.items()] + task_overrides(config.hydra)
     parsed = OverridesParser.create().parse_overrides(arguments)
     return [list(job) for job in BasicSweeper.split_arguments(parsed, None)[0]]
 
@@ -117,7 +139,7 @@ def check_sweep(config: DictConfig) -> None:
     if jobs is None:
         return
     loader = GlobalHydra.instance().config_loader()
-    keys = swept_keys(config.hydra.overrides.task, config.hydra.sweeper.get("params"))
+    keys = swept_keys(task_overrides(config.hydra), config.hydra.sweeper.get("params"))
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
     sweep_dir = canonical(config.hydra.sweep.dir)
     written = [{RUN_FOLDER: sweep_dir / name} for name in names]
@@ -126,9 +148,11 @@ def check_sweep(config: DictConfig) -> None:
     with torch_checks_later():
         for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
             try:
-                job = with_output_dir(loader.load_sweep_config(config, overrides), sweep_dir / name)
-                written[number] = written_folders(job, sweep_dir / name)
-                admission = admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
+                loaded = loader.load_sweep_config(config, overrides)
+                job = with_output_dir(loaded, sweep_dir / name, number)
+                with as_hydra_sets_it(job):
+                    written[number] = written_folders(job, sweep_dir / name)
+                    admission = admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
             except UserError as err:
                 problems.append(f"job {number} ({name}): {message(err)}")
             except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
@@ -151,7 +175,8 @@ def check_sweep(config: DictConfig) -> None:
             refuse(message(err), err.exit_code)
     for job_name, job, run in starting:
         try:
-            check_run_objects(job, run)
+            with as_hydra_sets_it(job):
+                check_run_objects(job, run)
         except UserError as err:
             problems.append(f"{job_name}: {message(err)}")
     refuse_jobs(problems, len(jobs), what)
@@ -227,12 +252,13 @@ class Preflight(Callback):
         check_creatable_folder(str(folder), "hydra.run.dir")
         try:
             cfg = with_output_dir(config, folder)
-            choices = hydra_runtime(cfg)[0]
-            admission = admit(cfg, choices, Machine.this(False), folder, is_rank_zero())
-            if admission.finished is not None:
-                raise finished_notice(folder, admission.finished)
-            if is_rank_zero():
-                check_run_objects(cfg, admission.run)  # what torch refuses only when built
+            with as_hydra_sets_it(cfg):
+                choices = hydra_runtime(cfg)[0]
+                admission = admit(cfg, choices, Machine.this(False), folder, is_rank_zero())
+                if admission.finished is not None:
+                    raise finished_notice(folder, admission.finished)
+                if is_rank_zero():
+                    check_run_objects(cfg, admission.run)  # what torch refuses when built
             # A stop signal once the folder exists is the run's ending, recorded there: held
             # until the run is remembered, whose handler records it.
             with signals_held():
@@ -440,7 +466,7 @@ def anomaly_mode(trainer: Mapping[str, Any]) -> None:
 def given_as(cfg: DictConfig, node: str) -> str:
     """``node`` as the command line gave it (its overrides, or those of keys under it), else
     with its value from the config."""
-    task = list(OmegaConf.select(cfg, "hydra.overrides.task", default=None) or [])
+    task = task_overrides(cfg.hydra) if "hydra" in cfg else []
     keys = [override_key(o) for o in task]
     given = [
         o for o, key in zip(task, keys, strict=True) if key == node or key.startswith(node + ".")

@@ -39,10 +39,11 @@ def closing_lines(record: dict[str, Any], output_dir: str | Path) -> list[str]:
         result += f", the last stopped after {stopped} batch(es)"
     if record.get("best_test_acc") not in (None, record.get("test_acc")):
         result += f" (best {_accuracy(record['best_test_acc'])} at epoch {record['best_epoch']})"
-    if record.get("epoch_s"):
-        result += f"; {record['epoch_s']:.1f} s/epoch"
+    speed = [f"{record['epoch_s']:.1f} s/epoch"] if record.get("epoch_s") else []
     if record.get("samples_per_s"):
-        result += f"{',' if record.get('epoch_s') else ';'} {record['samples_per_s']:,.0f} samples/s"
+        speed.append(f"{record['samples_per_s']:,.0f} samples/s")
+    if speed:
+        result += "; " + ", ".join(speed)
     lines = [result, f"run folder: {shown_path(output_dir)}"]
     if has_tensorboard_logs(output_dir):
         lines.append(tensorboard_line(output_dir))
