@@ -261,15 +261,16 @@ class StepLr(Callback):
 
 
 class KillRank(Callback):
-    """SIGKILLs one process of a DDP run at a given step, as the OOM killer would."""
+    """Signals one process of a DDP run at a given step: SIGKILL, as the OOM killer would, or
+    another signal (``signum``, by name), as ``kill`` would."""
 
-    def __init__(self, rank: int, step: int):
-        self.rank, self.step = rank, step
+    def __init__(self, rank: int, step: int, signum: str = "SIGKILL"):
+        self.rank, self.step, self.signum = rank, step, signal.Signals[signum]
 
     @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_rank == self.rank and trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), self.signum)
 
 
 class ManyCores(Callback):

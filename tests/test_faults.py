@@ -267,6 +267,39 @@ def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_
     assert not list(run_dir.rglob("*.partial"))
 
 
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ddp_worker_stopped_by_a_signal_stops_the_run_interrupted(tmp_path, data_root):
+    """SIGTERM to rank 1 alone, mid-epoch: Lightning's handler there broadcast from inside the
+    handler while rank 0 waited in another collective; both hung until the collective timeout
+    and the run was recorded failed. Now rank 1 ends at once, and rank 0 records the run
+    interrupted by SIGTERM, naming the rank, in one line, with 143."""
+    started = time.monotonic()
+    result = run_script(
+        "train.py",
+        *DDP_RUN,
+        "strategy.timeout_s=60",
+        f"data.root={data_root}",
+        "+callbacks.fault._target_=probes.KillRank",
+        "+callbacks.fault.rank=1",
+        "+callbacks.fault.step=3",
+        "+callbacks.fault.signum=SIGTERM",
+        cwd=tmp_path,
+        env=PROBES_ENV,
+        timeout=240,
+    )
+    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    assert time.monotonic() - started < 55  # not the collective timeout
+    (run_dir,) = run_dirs(tmp_path)
+    record = metrics(run_dir)
+    assert record["status"] == "interrupted"
+    assert re.match(
+        r"interrupted by SIGTERM \(rank 1 \(pid \d+\) exited with code 143\)", record["reason"]
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {record['reason']}"] and "Traceback" not in result.stderr
+
+
 @pytest.mark.parametrize(
     "signum,where",
     [

@@ -58,8 +58,8 @@ def test_a_stuck_rank_0_is_recorded_and_killed_after_the_grace(tmp_path):
         failing = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
         healthy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
         Path({str(record)!r}).with_suffix(".pid").write_text(str(healthy.pid))
-        PeerWatch([failing, healthy], 1, grace_s=1, give_up=Path({str(record)!r}).write_text,
-                  poll_s=0.1).start()
+        said = lambda outcome: Path({str(record)!r}).write_text(outcome.reason)
+        PeerWatch([failing, healthy], 1, grace_s=1, give_up=said, poll_s=0.1).start()
         time.sleep(60)  # stuck outside any collective
     """)
     started = time.monotonic()
@@ -83,3 +83,18 @@ def alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_process_ended_by_a_stop_signal_is_told_from_one_that_failed():
+    """A peer that exited 128 + a stop signal (its own handler's exit) or was ended by one
+    stopped the run; any other exit status is a failure."""
+    import os
+
+    stopped = child(128 + signal.SIGTERM)
+    killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 1)"])
+    failed = child(7)
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    for process, expected in ((stopped, signal.SIGTERM), (killed, signal.SIGHUP), (failed, None)):
+        watch = PeerWatch([process], first_rank=1, grace_s=60)
+        assert watch.failed_peer(wait_s=30) is not None
+        assert watch.stop_signal(stops) == expected

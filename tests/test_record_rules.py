@@ -145,7 +145,7 @@ def test_running_failed_and_resumed_records_agree(tmp_path):
     first.claim([])
     assert read_record(path)["status"] == "running" and read_record(path)["epochs"] == 0
     first.add_epoch({"epoch": 1, "test_acc": 0.8})
-    first.fail("a peer died")
+    first.finish(Outcome("failed", "a peer died", 1))
     assert read_record(path)["status"] == "failed"
     resumed = RunRecord(path, RUN, resumed_from={"checkpoint": "last.ckpt", "epochs": 1})
     resumed.claim(read_record(path)["history"])  # the history the checkpoint carries

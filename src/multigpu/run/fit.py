@@ -36,6 +36,7 @@ from multigpu.callbacks.interrupts import (
     stop_signal,
 )
 from multigpu.callbacks.process_setup import EveryProcess
+from multigpu.callbacks.worker_stop import WorkerStopsAtOnce
 from multigpu.config.errors import (
     Interrupted,
     PeerFailed,
@@ -214,7 +215,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         pl.seed_everything(run.seed, workers=True, verbose=False)
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
-        strategy.record_failure = record.fail  # a bound method: spawn pickles the strategy
+        strategy.record_failure = record.finish  # a bound method: spawn pickles the strategy
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     checkpoint_io = AtomicCheckpointIO()
@@ -236,6 +237,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         strategy=strategy,
         callbacks=[
             EveryProcess(matmul_precision, cfg.data.get("pipeline", "torchvision")),
+            WorkerStopsAtOnce(),
             EpochTimer(),
             EpochHistory(record),
             DivergenceGuard(cfg.check_finite_every_n_steps, checkpoints),
@@ -276,6 +278,11 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             message = f"interrupted by {stopped.name}; {resume_hint(checkpoints)}"
             raise Interrupted(message, exit_code=128 + stopped) from None
         peer = getattr(strategy, "peer_failure", None)
+        peer_signal = getattr(strategy, "peer_signal", None)
+        if peer_signal is not None:  # another process of the run was stopped by a signal
+            stopped = note_stop_signal(peer_signal)
+            message = f"interrupted by {stopped.name} ({peer}); {resume_hint(checkpoints)}"
+            raise Interrupted(message, exit_code=128 + stopped) from None
         if peer is None and not (run.processes > 1 and is_collective_failure(err)):
             raise
         cause = f"{type(err).__name__}: {summary_line(str(err))}"

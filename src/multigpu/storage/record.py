@@ -254,10 +254,6 @@ class RunRecord:
         self._write(on_disk)
         return on_disk
 
-    def fail(self, reason: str) -> dict[str, Any]:
-        """Record a failure this process did not raise (a peer's, seen by rank 0's watch)."""
-        return self.finish(Outcome("failed", reason, 1))
-
     def read(self) -> dict[str, Any] | None:
         """The record the file holds, checked whole (``multigpu.storage.record_file``); None when
         there is none, or none to trust: the run then writes its own over it."""

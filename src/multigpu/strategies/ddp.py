@@ -28,6 +28,8 @@ from multigpu.callbacks.lightning_compat import (
     get_sigkill_signal,
     launch_children,
 )
+from multigpu.config.launch import stop_signals
+from multigpu.storage.outcome import Outcome
 from multigpu.strategies.peer_watch import PeerWatch
 
 # How long rank 0, failing in a collective, waits to see which peer has exited: its sockets
@@ -42,7 +44,7 @@ class WatchedScriptLauncher(SubprocessScriptLauncher):
     def __init__(self, *args: Any, grace_s: float, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.grace_s = grace_s
-        self.give_up: Callable[[str], None] | None = None  # records the run failed
+        self.give_up: Callable[[Outcome], Any] | None = None  # records how the run ended
         self.watch: PeerWatch | None = None  # rank 0's, once it has started the others
 
     @override
@@ -72,8 +74,9 @@ class BoundedDDPStrategy(DDPStrategy):
     def __init__(self, start_method: str = "popen", timeout_s: float = 300, **kwargs: Any):
         super().__init__(start_method=start_method, timeout=timedelta(seconds=timeout_s), **kwargs)
         self.timeout_s = timeout_s
-        self.record_failure: Callable[[str], None] | None = None  # if rank 0 is stuck
+        self.record_failure: Callable[[Outcome], Any] | None = None  # if rank 0 is stuck
         self.peer_failure: str | None = None  # the started process that failed first
+        self.peer_signal: signal.Signals | None = None  # the stop signal that ended it, if any
 
     @override
     def _configure_launcher(self) -> None:
@@ -125,4 +128,5 @@ class BoundedDDPStrategy(DDPStrategy):
         watch = getattr(launcher, "watch", None)
         if watch is not None and isinstance(exception, RuntimeError):
             self.peer_failure = watch.failed_peer(wait_s=PEER_EXIT_S)
+            self.peer_signal = watch.stop_signal((signal.SIGINT, *stop_signals(os.environ)))
         launcher.kill(get_sigkill_signal())

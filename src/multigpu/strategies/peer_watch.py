@@ -17,8 +17,14 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from typing_extensions import override
+
+from multigpu.config.launch import stop_signals
+from multigpu.storage.outcome import Outcome
+
+STOPPED_GRACE_S = 10.0  # for rank 0 to stop itself once a process of the run was stopped
 
 log = logging.getLogger(__name__)
 
@@ -31,29 +37,44 @@ class PeerWatch(threading.Thread):
         children: list[subprocess.Popen],
         first_rank: int,
         grace_s: float,
-        give_up: Callable[[str], None] | None = None,
+        give_up: Callable[[Outcome], Any] | None = None,
         poll_s: float = 0.5,
     ):
         super().__init__(daemon=True, name="peer-watch")  # ends with the main process
         self.children, self.first_rank = children, first_rank
         self.grace_s, self.give_up, self.poll_s = grace_s, give_up, poll_s
         self.failure: str | None = None  # the first failed process, as one line
+        self.failed_code: int | None = None  # its exit status (-N: ended by signal N)
         self.stopped = threading.Event()  # rank 0 is ending the run itself
 
     @override
     def run(self) -> None:
-        """Wait for a failure; give rank 0 the grace to end the run; else end it."""
+        """Wait for a failure; give rank 0 the grace to end the run; else end it. A process
+        ended by a stop signal stops the run: rank 0, which may be waiting where no signal
+        reaches it (the processes' rendezvous), gets ``STOPPED_GRACE_S``, then the run ends
+        ``interrupted`` by that signal, with its exit status."""
         if not self.wait_for_failure():
             return
         log.error("%s: ending the run", self.failure)
-        if self.stopped.wait(self.grace_s):
+        stop = self.stop_signal((signal.SIGINT, *stop_signals(os.environ)))
+        grace_s = self.grace_s if stop is None else min(self.grace_s, STOPPED_GRACE_S)
+        if self.stopped.wait(grace_s):
             return
-        reason = f"{self.failure}, and rank 0 did not stop within {self.grace_s:g} s"
-        log.error("%s: killing every process", reason)
+        if stop is None:
+            reason = f"{self.failure}, and rank 0 did not stop within {grace_s:g} s"
+            outcome = Outcome("failed", reason, 1)
+        else:
+            outcome = Outcome(
+                "interrupted", f"interrupted by {stop.name} ({self.failure})", 128 + stop
+            )
+        log.error("%s: killing every process", outcome.reason)
         if self.give_up is not None:
-            self.give_up(reason)
+            self.give_up(outcome)
         self.kill()
-        os.kill(os.getpid(), signal.SIGKILL)
+        if stop is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        os.write(2, f"error: {outcome.reason}\n".encode())
+        os._exit(outcome.exit_code)  # the main thread is blocked where nothing unwinds it
 
     def wait_for_failure(self) -> bool:
         """Whether a started process fails before they all succeed or rank 0 stands the watch
@@ -71,6 +92,7 @@ class PeerWatch(threading.Thread):
             if self.failure is None and child.poll():
                 rank = self.first_rank + offset
                 self.failure = f"rank {rank} (pid {child.pid}) exited with code {child.returncode}"
+                self.failed_code = child.returncode
         return self.failure is not None
 
     def failed_peer(self, wait_s: float) -> str | None:
@@ -83,6 +105,15 @@ class PeerWatch(threading.Thread):
             time.sleep(0.05)
         self.stopped.set()
         return self.failure
+
+    def stop_signal(self, stops: tuple[signal.Signals, ...]) -> signal.Signals | None:
+        """The stop signal (one of ``stops``) that ended the failed process, if one did: a
+        process of the run signalled alone stops the run, as it would have stopped itself."""
+        code = self.failed_code
+        for signum in stops:
+            if code in (-signum, 128 + signum):
+                return signum
+        return None
 
     def kill(self) -> None:
         """SIGKILL every started process still running (one in a collective ignores SIGTERM)."""
