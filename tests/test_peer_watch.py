@@ -88,7 +88,6 @@ def alive(pid: int) -> bool:
 def test_a_process_ended_by_a_stop_signal_is_told_from_one_that_failed():
     """A peer that exited 128 + a stop signal (its own handler's exit) or was ended by one
     stopped the run; any other exit status is a failure."""
-    import os
 
     stopped = child(128 + signal.SIGTERM)
     killed = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 1)"])
