@@ -84,7 +84,7 @@ def test_an_epoch_stopped_before_its_last_batch_is_shorter_not_faster(epochs):
     from multigpu.storage.record_model import timed_epochs
 
     drawn = [
-        {"epoch": i + 1, "epoch_s": s, "samples_per_s": n / s, "stopped_at_batch": cut}
+        {"epoch": i + 1, "epoch_s": s, "samples_per_s": n / s, "partial_batches": cut}
         for i, (s, n, cut) in enumerate(epochs)
     ]
     whole = [(s, n) for s, n, cut in epochs if cut is None]
@@ -99,7 +99,7 @@ def test_an_epoch_stopped_before_its_last_batch_is_shorter_not_faster(epochs):
         assert epoch_s == pytest.approx(sum(s for s, _ in counted) / len(counted))
     else:
         assert epoch_s is None
-    assert all(h["stopped_at_batch"] is None for h in timed_epochs(drawn)) == bool(whole)
+    assert all(h["partial_batches"] is None for h in timed_epochs(drawn)) == bool(whole)
 
 
 def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_path):
@@ -113,10 +113,17 @@ def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_
     overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+trainer.max_steps=6"]
     record = train(compose_config(overrides, tmp_path / "run"))  # 4 batches an epoch
     assert record["status"] == "completed"
-    assert [h["stopped_at_batch"] for h in record["history"]] == [None, 2]
+    assert [h["partial_batches"] for h in record["history"]] == [None, 2]
     assert record["epoch_s"] == pytest.approx(record["history"][0]["epoch_s"])
     (said, *_) = closing_lines(record, tmp_path / "run")
     assert "after 2 epoch(s), the last stopped after 2 batch(es)" in said
+    # Continued without the limit: the partial epoch stays one, the next is whole.
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    resume = [f"ckpt_path={last}", "resume_changes=[trainer.max_steps]"]
+    resumed = train(compose_config([*overrides[:-1], *resume], tmp_path / "resumed"))
+    assert [h["partial_batches"] for h in resumed["history"]] == [None, 2, None]
+    whole = [resumed["history"][i]["epoch_s"] for i in (0, 2)]
+    assert resumed["epoch_s"] == pytest.approx(whole[1])  # the whole epochs but the first
 
 
 def test_records_of_earlier_schemas_count_epochs_from_one():

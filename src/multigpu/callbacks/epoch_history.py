@@ -35,18 +35,10 @@ EPOCH_KEYS = {
 }
 
 
-def stopped_at_batch(trainer: Trainer) -> int | None:
-    """The batches the epoch trained if it ended before its last (``max_steps`` or
-    ``max_time`` reached, ``should_stop`` set), else None: a partial epoch is recorded as one,
-    never as a whole epoch."""
-    trained = trainer.fit_loop.epoch_loop.batch_progress.current.completed
-    whole = trainer.num_training_batches
-    return trained if math.isfinite(whole) and trained < whole else None
-
-
 class EpochHistory(Callback):
     def __init__(self, record: RunRecord):
         self.record = record
+        self._batches = 0  # trained in this epoch by this run
         self._carried: tuple[float | None] | None = None  # the wall_s this run continues
 
     def wall_s(self) -> float | None:
@@ -59,6 +51,22 @@ class EpochHistory(Callback):
         return None if before is None else before + time.monotonic() - self.record.started
 
     @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._batches = 0
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._batches += 1
+
+    def partial_batches(self, trainer: Trainer) -> int | None:
+        """The batches this run trained in the epoch when fewer than the epoch holds: stopped
+        before its last (``max_steps``, ``max_time``, ``should_stop``), or continued from a
+        checkpoint saved inside it. Its seconds are then no epoch's (``record_model.speed``).
+        None for a whole epoch, or one of unknown length (an iterable data set)."""
+        whole = trainer.num_training_batches
+        return self._batches if math.isfinite(whole) and self._batches < whole else None
+
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         """After the epoch's evaluation (Lightning runs it before this hook)."""
         logged = trainer.callback_metrics
@@ -67,7 +75,7 @@ class EpochHistory(Callback):
             value = logged.get(name)
             entry[key] = None if value is None else float(value)  # waits for the device
         entry["wall_s"] = self.wall_s()
-        entry["stopped_at_batch"] = stopped_at_batch(trainer)
+        entry["partial_batches"] = self.partial_batches(trainer)
         self.record.add_epoch(entry)
 
     @override

@@ -34,9 +34,9 @@ def closing_lines(record: dict[str, Any], output_dir: str | Path) -> list[str]:
     output_dir = Path(output_dir)
     epochs = record.get("epochs") or 0
     result = f"test accuracy {_accuracy(record.get('test_acc'))} after {epochs} epoch(s)"
-    stopped = (record.get("history") or [{}])[-1].get("stopped_at_batch")
-    if stopped is not None:
-        result += f", the last stopped after {stopped} batch(es)"
+    partial = (record.get("history") or [{}])[-1].get("partial_batches")
+    if partial is not None:
+        result += f", the last stopped after {partial} batch(es)"
     if record.get("best_test_acc") not in (None, record.get("test_acc")):
         result += f" (best {_accuracy(record['best_test_acc'])} at epoch {record['best_epoch']})"
     speed = [f"{record['epoch_s']:.1f} s/epoch"] if record.get("epoch_s") else []

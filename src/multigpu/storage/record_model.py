@@ -31,31 +31,25 @@ REPEATED |= {"model.net.width": "width", "model.net.norm": "norm"}
 
 
 def timed_epochs(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The epochs speed is measured over: the whole ones (an epoch stopped before its last
-    batch is shorter, not faster) but the first, which also pays for warm-up (data loading
-    starts, allocator, cuDNN autotuning), unless it is the only one; with no whole epoch, the
-    stopped ones."""
+    """The epochs speed is measured over: the whole ones (a partial epoch is shorter, not
+    faster) but the first, which also pays for warm-up (data loading starts, allocator, cuDNN
+    autotuning), unless it is the only one; with no whole epoch, the partial ones."""
     timed = [h for h in history if h.get("epoch_s") and h.get("samples_per_s")]
-    whole = [h for h in timed if h.get("stopped_at_batch") is None]
-    timed = whole or timed
+    timed = [h for h in timed if h.get("partial_batches") is None] or timed
     return timed[1:] if len(timed) > 1 else timed
-
-
-def whole(epochs: list[dict[str, Any]]) -> bool:
-    """Whether the epochs ran to their last batch (their seconds are an epoch's)."""
-    return all(h.get("stopped_at_batch") is None for h in epochs)
 
 
 def speed(history: list[dict[str, Any]]) -> tuple[float | None, float | None]:
     """(seconds per epoch, samples per second) over ``timed_epochs``: total time over epochs,
     total samples over total time. One definition, so two runs compare the same way by either.
-    No seconds per epoch when no epoch ran whole."""
+    No seconds per epoch when no epoch ran whole (partial ones are all it has)."""
     timed = timed_epochs(history)
     if not timed:
         return None, None
     seconds = sum(float(h["epoch_s"]) for h in timed)  # floats: no integer overflows a division
     samples = sum(float(h["samples_per_s"]) * h["epoch_s"] for h in timed)
-    return (seconds / len(timed) if whole(timed) else None), samples / seconds
+    whole = all(h.get("partial_batches") is None for h in timed)
+    return (seconds / len(timed) if whole else None), samples / seconds
 
 
 def about(description: str, **bounds: Any) -> Any:
@@ -131,9 +125,10 @@ class Epoch(Measured):
     wall_s: Amount | None = about(
         "seconds since the run's start at the end of the epoch's evaluation"
     )
-    stopped_at_batch: Count | None = about(
-        "the batches it trained when +trainer.max_steps or +trainer.max_time stopped it before "
-        "its last batch (null: the whole epoch)"
+    partial_batches: Count | None = about(
+        "the batches the run trained in it when fewer than the epoch holds (+trainer.max_steps "
+        "or +trainer.max_time stopped it, or the run continued a checkpoint saved inside it); "
+        "null: the whole epoch"
     )
 
 
@@ -166,9 +161,12 @@ class Record(FileModel):
     train_acc: Fraction | None = about("of the last epoch")
     val_acc: Fraction | None = about("of the last epoch (null without a validation split)")
     epoch_s: Amount | None = about(
-        "the mean training time of an epoch, over every epoch but the first (or the only one)"
+        "the mean training time of an epoch, over every whole epoch but the first (or the only "
+        "one); null when no epoch ran whole"
     )
-    samples_per_s: Amount | None = about("all samples over all the time epoch_s counts")
+    samples_per_s: Amount | None = about(
+        "all samples over all the time of those epochs (of the partial ones when none ran whole)"
+    )
     compile_s: Amount | None = about(
         "seconds spent compiling (model.compile), over all epochs; null when not compiled"
     )

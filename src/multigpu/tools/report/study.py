@@ -66,8 +66,9 @@ def study_rows(study_dir: Path) -> list[dict[str, Any]]:
 
 
 def mean_or_none(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.mean(known) if known else None
+    """The mean, or None when a value is missing (a seed with no whole epoch): a mean over
+    some of a row's seeds would read as one over all of them."""
+    return None if not values or None in values else statistics.mean(values)
 
 
 def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -85,7 +86,7 @@ def row_of(name: str, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         "mean": statistics.mean(finals),
         "sd": statistics.stdev(finals) if len(finals) > 1 else 0.0,
         "best_mean": statistics.mean(j["best_test_acc"] for j in jobs),
-        "epoch_s": mean_or_none([j["epoch_s"] for j in jobs]),  # null: no epoch ran whole
+        "epoch_s": mean_or_none([j["epoch_s"] for j in jobs]),  # null: a seed had no whole epoch
         "hours": sum(sum(h["epoch_s"] or 0 for h in j["history"]) for j in jobs) / 3600,
         "curves": [[(h["epoch"], h["test_acc"]) for h in j["history"]] for j in jobs],
         "time_to": time_to_targets(jobs),
