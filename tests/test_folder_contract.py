@@ -345,28 +345,31 @@ def test_no_folder_a_run_writes_is_in_another_runs_folder(
         assert admission.folders == {RUN_FOLDER: run, CHECKPOINT_FOLDER: dirpath}
 
 
-# The places a run writes in besides its folders: by the setting that names each, where the
-# value given for a place puts it (Hydra's config copy is named from the run folder).
+# The places a run writes in besides its folders, by the setting that names each: the file a
+# setting names in the place, if it names a file.
 PLACES = {
-    "hydra.output_subdir": lambda place, run: os.path.relpath(place, run),
-    "hydra.job_logging.handlers.file.filename": lambda place, run: str(place / "train.log"),
-    "logger.save_dir": lambda place, run: str(place),
-    "data.root": lambda place, run: str(place),
+    "hydra.output_subdir": "",
+    "hydra.job_logging.handlers.file.filename": "train.log",
+    "logger.save_dir": "",
+    "data.root": "",
 }
 
 
 @examples(15)
 @given(
     key=st.sampled_from(sorted(PLACES)),
-    mark=st.sampled_from(["metrics.json", "multirun.yaml", None]),
+    mark=st.sampled_from(["metrics.json", "multirun.yaml", "last.ckpt", None]),
     depth=st.integers(0, 2),
+    chdir=st.booleans(),
 )
-def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, mark, depth):
+def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, mark, depth, chdir):
     """Hydra's config copy (``hydra.output_subdir=../A/.hydra`` replaced A's), its log file,
     the logger's files and the data set's had been written wherever they were named, inside
-    another run's or sweep's folder too. Now such a place is refused in one line naming it and
-    its setting, and nothing is written; anywhere else, the run is admitted."""
-    from multigpu.run.admission import check_places_apart, written_places
+    another run's or sweep's folder or checkpoint folder too. Now such a place is refused in
+    one line naming it and its setting, and nothing is written; anywhere else, the run is
+    admitted. A relative path is read from where the job writes: the run folder for
+    ``hydra.output_subdir`` and under ``hydra.job.chdir=true``, else the working folder."""
+    from multigpu.run.admission import written_places
 
     base = tmp_path_factory.mktemp("places")
     other, run = base / "other", base / "mine"
@@ -374,12 +377,17 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
     if mark is not None:
         (other / mark).write_text("{}")
     place = other.joinpath(*["inner"] * depth)
+    named = place / PLACES[key] if PLACES[key] else place
+    from_run = chdir or key == "hydra.output_subdir"
+    value = os.path.relpath(named, run) if from_run else str(named)
     data = [] if key == "data.root" else ["data=synthetic"]
-    cfg = composed([*TINY, *data, f"{key}={PLACES[key](place, run)}"], run)
-    assert written_places(cfg, run)[key] == place
+    cfg = composed([*TINY, *data, f"hydra.job.chdir={chdir}", f"{key}={value}"], run)
+    assert written_places(cfg, {RUN_FOLDER: run})[key] == place
     before = snapshot(base)
-    if mark is None:
-        check_places_apart(written_places(cfg, run), None)  # no other run there: admitted
+    # A checkpoint is another's folder only where it lies (as above a run's folder, a stray
+    # last.ckpt in a project folder marks nothing); a record or a sweep's marks all below it.
+    if mark is None or (mark == "last.ckpt" and depth > 0):
+        admitted(cfg, run)
         return
     with pytest.raises(OccupiedFolder) as refused:
         admitted(cfg, run)
@@ -635,30 +643,41 @@ def test_sigterm_as_the_run_folder_appears_leaves_a_record_the_command_continues
     assert record_of(folder)["status"] == COMPLETED.status
 
 
+# Where a SIGTERM is sent, by the function it follows: as the run takes its folder, and as
+# Hydra changes into it (hydra.job.chdir=true) before the run's job starts.
+STOPPED_AFTER = {
+    "taken": ("multigpu.run.preflight", "acquire_all", []),
+    "chdir": ("os", "chdir", ["hydra.job.chdir=true"]),
+}
+
+
 @pytest.mark.subprocess
-def test_sigterm_just_after_the_run_takes_its_folder_is_recorded_there(tmp_path):
+@pytest.mark.parametrize("after", ["taken", pytest.param("chdir", marks=pytest.mark.slow)])
+def test_sigterm_just_after_the_run_takes_its_folder_is_recorded_there(tmp_path, after):
     """The run's folder exists from the moment it is taken (``acquire_all``), before the
     handler that records an early stop was set: a SIGTERM there ended the process by the
-    signal (status -15), the folder left with no record. Sent at exactly that point now, it
-    is the run's one line, exit 143, and an ``interrupted`` record of its settings."""
+    signal (status -15), the folder left with no record. So did one after Hydra changed into
+    the folder (``hydra.job.chdir``), where the handler looked for the run by its relative
+    path. Sent at exactly those points now, it is the run's one line, exit 143, and an
+    ``interrupted`` record of its settings."""
     from conftest import run_python
 
     folder = tmp_path / "run"
-    script = tmp_path / "sigterm_after_taking.py"
+    module, name, extra = STOPPED_AFTER[after]
+    script = tmp_path / "sigterm_after.py"
     script.write_text(
-        "import os, runpy, signal, sys\n"
-        "import multigpu.run.preflight as preflight\n"
-        "taken = preflight.acquire_all\n"
-        "def taken_then_stopped(*args, **kwargs):\n"
-        "    took = taken(*args, **kwargs)\n"
+        f"import os, runpy, signal, sys, {module} as patched\n"
+        f"original = patched.{name}\n"
+        "def then_stopped(*args, **kwargs):\n"
+        "    done = original(*args, **kwargs)\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "    return took\n"
-        "preflight.acquire_all = taken_then_stopped\n"
+        "    return done\n"
+        f"patched.{name} = then_stopped\n"
         f"sys.argv[0] = {str(REPO / 'train.py')!r}\n"
         "runpy.run_path(sys.argv[0], run_name='__main__')\n"
     )
     result = run_python(
-        str(script), *SYNTHETIC, f"hydra.run.dir={folder}", cwd=tmp_path, timeout=120
+        str(script), *SYNTHETIC, *extra, "hydra.run.dir=run", cwd=tmp_path, timeout=120
     )
     assert result.returncode == 143, result.stderr[-3000:]
     assert one_line(result.stderr).startswith("error: interrupted by SIGTERM")

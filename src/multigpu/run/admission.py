@@ -39,6 +39,7 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import Container, DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.config.computation import computation, describe, differences
 from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
@@ -130,7 +131,7 @@ def admit(
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
-        check_places_apart(written_places(cfg, folders[RUN_FOLDER]), sweep)
+        check_places_apart(written_places(cfg, folders), sweep)
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -501,38 +502,47 @@ def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
     return folders
 
 
-def written_places(cfg: DictConfig, run_folder: Path) -> dict[str, Path]:
-    """The folders outside its own that a run writes in, by the setting that names them:
-    Hydra's copy of the config (``hydra.output_subdir``, from the run folder) and its log file,
-    the logger's files, the data set's. Shared places (one ``data.root`` for every run) are
-    not owned, only kept out of other runs' folders (``check_places_apart``). A value that
-    names Hydra's run folder before Hydra has set it is the run folder's own."""
-    hydra = hydra_of(cfg)
+def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
+    """The folders outside its own (``folders``) that a run writes in, by the setting that
+    names them: Hydra's copy of the config (``hydra.output_subdir``, from the run folder) and
+    its log file, the logger's files, the data set's. Shared places (one ``data.root`` for
+    every run) are not owned, only kept out of other runs' folders (``check_places_apart``). A
+    relative path is the job's: from the run folder under ``hydra.job.chdir``, which Hydra
+    changes into."""
+    hydra, run_folder = hydra_of(cfg), folders[RUN_FOLDER]
     subdir = hydra.get("output_subdir") if hydra is not None else None
     try:
         log = OmegaConf.select(hydra, "job_logging.handlers.file.filename", default=None)
-    except Exception:  # noqa: BLE001 - ${hydra.runtime.output_dir}: not set before the run
+    except OmegaConfBaseException:  # ${hydra.runtime.output_dir}: a config Hydra has not run
         log = None
+    chdir = hydra is not None and OmegaConf.select(hydra, "job.chdir", default=None)
+    base = run_folder if chdir else Path.cwd()
     given = {
         "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
         "hydra.job_logging.handlers.file.filename": None if log is None else Path(str(log)).parent,
         "logger.save_dir": OmegaConf.select(cfg, "logger.save_dir", default=None),
         "data.root": OmegaConf.select(cfg, "data.root", default=None),
     }
-    places = {key: canonical(str(value)) for key, value in given.items() if value is not None}
-    return {key: p for key, p in places.items() if not (p == run_folder or run_folder in p.parents)}
+    places = {
+        key: canonical(base / os.path.expanduser(str(value)))  # an absolute value stays
+        for key, value in given.items()
+        if value is not None
+    }
+    own = folders.values()
+    return {key: p for key, p in places.items() if not any(p == f or f in p.parents for f in own)}
 
 
 def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
-    """No place the run writes in outside its folders (``written_places``) is, or is inside,
-    another run's or sweep's folder: Hydra's config copy would replace that run's, the logger's
-    files or the data set's would join its files. Its own sweep's folder may hold them."""
+    """No place the run writes in outside its folders (``written_places``) is another run's
+    folder, checkpoint folder or sweep's folder, or lies inside a run's or sweep's folder
+    (``other_above``): Hydra's config copy would replace that run's, the logger's files or the
+    data set's would join its files. Its own sweep's folder may hold them."""
     for key, place in places.items():
         if place == sweep:
             continue
-        found = other_run(place, ABOVE, locked=os.path.lexists(place / HYDRA))
+        found = other_run(place, locked=os.path.lexists(place / HYDRA))
         found = found or other_above(place, sweep=sweep)
-        if found is not None and found.kind != "checkpoints":
+        if found is not None:
             raise apart_refusal(key, place, found)
 
 

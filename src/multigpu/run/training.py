@@ -69,8 +69,10 @@ def admit_run(cfg: DictConfig, output_dir: Path) -> Admission:
 
 def remember(output_dir: Path, admission: Admission) -> None:
     """Keep what was decided before Hydra created the folder, for ``train`` to use once; until
-    ``train`` takes it, a stop signal records the run's ending (``ended_before_training``)."""
-    _admitted[canonical(output_dir)] = admission
+    ``train`` takes it, a stop signal records the run's ending (``ended_before_training``).
+    The folder is kept absolute: under ``hydra.job.chdir`` Hydra changes into it first."""
+    output_dir = canonical(output_dir)
+    _admitted[output_dir] = admission
     if is_rank_zero() and threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, *stop_signals(os.environ)):
             signal.signal(signum, functools.partial(ended_before_training, output_dir))
