@@ -262,7 +262,11 @@ class Trainer(Node):
     use_distributed_sampler: bool = True
     profiler: str | None = None
     detect_anomaly: bool = False
-    barebones: bool = False
+    barebones: Literal[False] = setting(
+        False,
+        "false: barebones mode turns off self.log, which every figure of the run's record and "
+        "TensorBoard comes from",
+    )
     plugins: Any = None
     sync_batchnorm: bool = False
     reload_dataloaders_every_n_epochs: int = setting(0, "0 (never) or more", ge=0)
@@ -465,8 +469,9 @@ def refusals(
 
 def is_out_of_range(error: Mapping[str, Any], value: Any) -> bool:
     """A value of the key's type that its range or its names refuse."""
-    if error["type"] == "literal_error":
-        return isinstance(value, str)
+    if error["type"] == "literal_error":  # a name, or a value of the one allowed's type
+        expected = error.get("ctx", {}).get("expected", "")
+        return isinstance(value, str) or (isinstance(value, bool) and expected in ("True", "False"))
     return error["type"] in OUT_OF_RANGE
 
 
@@ -507,13 +512,16 @@ def check_ranges_and_names(tree: Mapping[str, Any], nodes: tuple[str, ...] = ())
 
 
 def names_of(annotation: Any) -> tuple[str, ...]:
-    """The names a key of a ``Literal`` type (or null) takes; none for another type."""
+    """The names a key of a ``Literal`` type of names (or null) takes; none for another type
+    (``Literal[False]``: a value allowed alone, whose range its description says)."""
     args = [a for a in get_args(annotation) if a is not type(None)]
     if typing.get_origin(annotation) is Literal:
-        return get_args(annotation)
-    if len(args) == 1 and typing.get_origin(args[0]) is Literal:
-        return get_args(args[0])
-    return ()
+        names = get_args(annotation)
+    elif len(args) == 1 and typing.get_origin(args[0]) is Literal:
+        names = get_args(args[0])
+    else:
+        return ()
+    return names if all(isinstance(name, str) for name in names) else ()
 
 
 # Words ------------------------------------------------------------------------------------------

@@ -153,6 +153,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.max_time=00:00:00:00"],
         "trainer.max_time=00:00:00:00 leaves no time to train: give a duration above 0",
     ),
+    "barebones": (  # Lightning refused it only once torch had loaded (6 s), or ran with no figures
+        ["+trainer.barebones=true"],
+        "trainer.barebones=true must be false: barebones mode turns off self.log",
+    ),
     "trainer_strategy_set_by_the_run": (
         ["+trainer.strategy=ddp"],
         "trainer.strategy is set by the run from the strategy group (strategy=ddp, dp, "
