@@ -110,12 +110,15 @@ def computation(cfg: DictConfig, run: Run) -> dict[str, Any]:
     return dict(sorted(flat.items()))
 
 
-def same(a: Any, b: Any) -> bool:
-    """Equal as JSON keeps them: 1 and 1.0 alike, but not true and 1."""
+def same(a: Any, b: Any, rel_tol: float = 0.0) -> bool:
+    """Equal as JSON keeps them: 1 and 1.0 alike, but not true and 1; numbers within
+    ``rel_tol`` (a figure recomputed from others, to rounding)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
+    if rel_tol and isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(a, b, rel_tol=rel_tol)
     return a == b
 
 

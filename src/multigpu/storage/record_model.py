@@ -10,10 +10,12 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
+from multigpu.config.computation import same
 from multigpu.storage.file_model import FileModel
 from multigpu.storage.json_file import shown
 
 SCHEMA = 3  # 3: epochs counted from 1; epoch_s and samples_per_s by ``record_file.speed``
+ROUNDING = 1e-9  # how far a figure recomputed from the others may differ from the written one
 MAX_DEVICES = 10**6
 Status = Literal["running", "completed", "interrupted", "diverged", "failed"]
 STATUSES = get_args(Status)
@@ -256,7 +258,7 @@ class Record(FileModel):
         derived = [None if v is None or not math.isfinite(v) else v for v in derived]  # as written
         for key, value in zip(("epoch_s", "samples_per_s"), derived, strict=True):
             recorded = getattr(self, key)
-            if key in self.model_fields_set and not agrees(recorded, value):
+            if key in self.model_fields_set and not same(recorded, value, ROUNDING):
                 raise ValueError(
                     f"{key} is {shown(recorded)}, but the history's epochs give {shown(value)}"
                 )
@@ -280,20 +282,11 @@ class Record(FileModel):
         settings = self.settings or {}
         for key, field in REPEATED.items():
             value = getattr(run, field)
-            if key in settings and value is not None and not agrees(settings[key], value):
+            if key in settings and value is not None and not same(settings[key], value, ROUNDING):
                 raise ValueError(
                     f"run.{field} is {shown(value)}, but settings {key} is {shown(settings[key])}"
                 )
         return self
-
-
-def agrees(recorded: Any, derived: Any) -> bool:
-    """Equal as JSON keeps them (1 and 1.0 alike, not true and 1), floats to rounding."""
-    if isinstance(recorded, bool) or isinstance(derived, bool):
-        return recorded is derived
-    if isinstance(recorded, float) and isinstance(derived, (int, float)):
-        return math.isclose(recorded, derived, rel_tol=1e-9)
-    return recorded == derived
 
 
 class CompletedRecord(Record):
