@@ -214,6 +214,27 @@ def test_a_stop_re_raised_by_omegaconf_ends_the_run_by_its_signal():
     assert interrupts.by_first_signal(failed, signal.SIGTERM) is failed
 
 
+@pytest.mark.parametrize("wrapper", ["omegaconf", "refusal"])
+def test_a_stop_that_became_another_error_ends_the_run_by_its_signal(wrapper):
+    """A SIGTERM while OmegaConf resolves an interpolation (building the callbacks) came out as
+    its ``InterpolationResolutionError``, or as a refusal of the Trainer's arguments: the run
+    was recorded failed (exit 1, a traceback) or refused (exit 2). The stop in its causes makes
+    it the signal's ending."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        try:
+            raise Interrupted("interrupted by SIGTERM", 143)
+        except Interrupted as stop:
+            if wrapper == "omegaconf":
+                raise InterpolationResolutionError("Interrupted raised while resolving") from stop
+            raise UserError("trainer: Interrupted raised while resolving") from stop
+    except Exception as error:  # noqa: BLE001 - either
+        ended = interrupts.by_first_signal(error, signal.SIGTERM)
+    assert isinstance(ended, Interrupted) and ended.exit_code == 143
+    assert interrupts.by_first_signal(ended, None) is ended
+
+
 def test_an_evaluation_stopped_by_a_signal_ignores_later_ones_from_exit_on(handlers, monkeypatch):
     """``sigterm_interrupts`` (``eval.py``) is the run's ``Ending``: the first signal stops the
     block, a later one in it is ignored, the handlers before it are back after it, and from

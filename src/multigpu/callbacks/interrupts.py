@@ -211,9 +211,16 @@ def by_first_signal(error: BaseException, first: signal.Signals | None) -> BaseE
     to come). The signal's ``Interrupted`` can change on its way out: OmegaConf re-raises an
     exception raised inside it (a signal while Hydra instantiates a part) as a new one of its
     type, with the node's key in its message and the default exit status, 130 for SIGTERM's
-    143. Any other error is ``error`` itself."""
-    outcome = outcome_of(error)
-    if first is None or outcome.status != "interrupted" or outcome.exit_code == 128 + first:
+    143, or as an error of its own (``InterpolationResolutionError``) caused by it, and a
+    check may take it for a refusal. Any other error is ``error`` itself."""
+    if first is None:
+        return error
+    chain, seen = [], error
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    stopped = [e for e in chain if outcome_of(e).status == "interrupted"]
+    if not stopped or (stopped[0] is error and outcome_of(error).exit_code == 128 + first):
         return error
     return Interrupted(f"interrupted by {first.name}", 128 + first)
 
