@@ -49,3 +49,20 @@ def test_the_command_prints_the_table_and_writes_the_curves(tmp_path):
     assert plot.read_bytes()[:4] == b"\x89PNG"
     missing = subprocess.run([*command[:-1], str(tmp_path / "nowhere")], capture_output=True)
     assert missing.returncode == 2 and missing.stderr.decode().count("\n") == 1
+
+
+def test_a_job_stopped_untested_and_untested_epochs_are_left_out_not_crashed_on(tmp_path, capsys):
+    """A job that ``+trainer.max_steps`` stopped inside an epoch completes with no test accuracy
+    after it, and ``check_val_every_n_epoch=2`` leaves epochs untested: the report had crashed
+    on the nulls (``statistics.mean``). The untested job is left out, named on stderr; the
+    curves are drawn over the epochs every seed was tested after."""
+    from multigpu.tools.report.study import plot_curves
+
+    write_job(tmp_path / "row" / "seed=1", 1, [None, 0.6, None, 0.7])
+    write_job(tmp_path / "row" / "seed=2", 2, [None, 0.5, None, 0.8])
+    write_job(tmp_path / "row" / "seed=3", 3, [0.4, None])  # stopped: no final accuracy
+    (row,) = study_rows(tmp_path)
+    assert row["seeds"] == [1, 2] and row["finals"] == [0.7, 0.8]
+    assert "1 completed job(s) with no test accuracy" in capsys.readouterr().err
+    plot_curves([row], tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"

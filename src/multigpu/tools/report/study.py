@@ -56,10 +56,16 @@ def time_to_targets(jobs: list[dict[str, Any]]) -> dict[float, dict[str, Any]]:
 
 
 def study_rows(study_dir: Path) -> list[dict[str, Any]]:
-    """One row per sweep folder below ``study_dir``, over its completed jobs, in folder order."""
+    """One row per sweep folder below ``study_dir``, over its completed jobs that were tested
+    after their last epoch, in folder order (an untested one, stopped by ``max_steps`` inside an
+    epoch, has no final accuracy to average: it is named on stderr)."""
     rows = []
     for folder in sorted(p for p in study_dir.iterdir() if p.is_dir()):
-        jobs = [j for j in load_jobs(folder) if j.get("status") == "completed"]
+        completed = [j for j in load_jobs(folder) if j.get("status") == "completed"]
+        jobs = [j for j in completed if j.get("test_acc") is not None]
+        if len(jobs) < len(completed):
+            print(f"warning: {folder}: {len(completed) - len(jobs)} completed job(s) with no "
+                  "test accuracy after their last epoch left out", file=sys.stderr)  # fmt: skip
         if jobs:
             rows.append(row_of(folder.name, sorted(jobs, key=lambda j: j["run"].get("seed") or 0)))
     return rows
@@ -147,8 +153,10 @@ def plot_curves(rows: list[dict[str, Any]], path: Path) -> None:
     highest seed."""
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for r in rows:
-        epochs = [e for e, _ in r["curves"][0]]
-        by_epoch = list(zip(*[[acc for _, acc in c] for c in r["curves"]], strict=True))
+        # The epochs every seed was tested after (check_val_every_n_epoch may skip some).
+        tested = [dict(c) for c in r["curves"]]
+        epochs = [e for e, _ in r["curves"][0] if all(t.get(e) is not None for t in tested)]
+        by_epoch = [[t[e] for t in tested] for e in epochs]
         mean = [statistics.mean(v) for v in by_epoch]
         (line,) = ax.plot(epochs, mean, marker="o", label=f"{r['name']} ({len(r['curves'])} seeds)")
         low, high = [min(v) for v in by_epoch], [max(v) for v in by_epoch]
