@@ -397,6 +397,26 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
     assert snapshot(base) == before
 
 
+@pytest.mark.parametrize(
+    "name,version,inside",
+    [("", "", ""), ("a", "", "a"), ("", "../b", "../b"), ("a", 3, "a/version_3"), ("a", None, "a")],
+)
+def test_the_loggers_place_is_where_it_writes(tmp_path, name, version, inside):
+    """``logger.name`` and ``logger.version`` move the logger's folder below ``save_dir``, as
+    Lightning joins them: ``logger.save_dir=<runs> logger.name=<finished run>`` had written
+    event files into that run's folder."""
+    from multigpu.run.admission import written_places
+
+    run = tmp_path / "mine"
+    given = [f"logger.save_dir={tmp_path / 'tb'}", f"logger.name='{name}'"]
+    given.append("logger.version=null" if version is None else f"logger.version='{version}'")
+    if isinstance(version, int):
+        given[-1] = f"logger.version={version}"
+    cfg = composed([*TINY, "data=synthetic", *given], run)
+    expected = canonical(tmp_path / "tb" / inside)
+    assert written_places(cfg, {RUN_FOLDER: run})["logger.save_dir"] == expected
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_sweep_whose_values_name_hydras_job_runs(tmp_path):

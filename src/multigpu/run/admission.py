@@ -520,7 +520,7 @@ def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]
     given = {
         "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
         "hydra.job_logging.handlers.file.filename": None if log is None else Path(str(log)).parent,
-        "logger.save_dir": OmegaConf.select(cfg, "logger.save_dir", default=None),
+        "logger.save_dir": logger_folder(cfg),
         "data.root": OmegaConf.select(cfg, "data.root", default=None),
     }
     places = {
@@ -530,6 +530,20 @@ def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]
     }
     own = folders.values()
     return {key: p for key, p in places.items() if not any(p == f or f in p.parents for f in own)}
+
+
+def logger_folder(cfg: DictConfig) -> Path | None:
+    """Where the logger writes: ``save_dir``/``name``/``version``, as Lightning's loggers join
+    them (an empty name or version adds nothing, a number is ``version_<n>``, none: a new
+    ``version_<n>`` it picks)."""
+    logger = cfg.get("logger") or {}
+    if logger.get("save_dir") is None:
+        return None
+    name, version = logger.get("name"), logger.get("version")
+    if isinstance(version, int):
+        version = f"version_{version}"
+    parts = [str(part) for part in (name, version) if part not in (None, "")]
+    return Path(str(logger.save_dir), *parts)
 
 
 def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
