@@ -432,6 +432,12 @@ def test_a_sweep_whose_values_name_hydras_job_runs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for number in (0, 1):
         assert list((tmp_path / "sweep" / f"tb_{number}").glob("events.out.tfevents.*"))
+    # A run's folder named by Hydra's job, as Hydra documents it, had been refused likewise.
+    named = "hydra.run.dir=runs/${hydra:job.override_dirname}"
+    result = run_script("train.py", *SYNTHETIC, "seed=3", named, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (folder,) = (tmp_path / "runs").iterdir()
+    assert "seed=3" in folder.name and record_of(folder)["status"] == COMPLETED.status
 
 
 # 4. Two signals: the run ends for the first ----------------------------------------------------

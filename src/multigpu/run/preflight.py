@@ -248,7 +248,8 @@ class Preflight(Callback):
 
     @guarded
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
-        folder = Path(config.hydra.run.dir)
+        with as_hydra_sets_it(config):  # hydra.run.dir=runs/${hydra:job.override_dirname}
+            folder = Path(config.hydra.run.dir)
         check_creatable_folder(str(folder), "hydra.run.dir")
         try:
             cfg = with_output_dir(config, folder)
