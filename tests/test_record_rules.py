@@ -242,3 +242,22 @@ def test_a_key_given_twice_is_refused(tmp_path):
     )
     path = write_job(tmp_path, "job", text)
     assert assert_refused(path) == 'holds the key "status" twice in one object'
+
+
+def test_an_epoch_continued_from_inside_it_takes_the_place_of_its_partial_entry(tmp_path):
+    """A run resumed from a checkpoint that ``max_steps`` saved inside epoch 2 goes on from
+    that batch: its epoch 2 had been added after the partial one, and the record, numbering
+    epoch 2 twice, was refused (a traceback, the run failed). An epoch whole before it stays."""
+    path = tmp_path / "metrics.json"
+    record = RunRecord(path, RUN)
+    record.claim(
+        [{"epoch": 1, "test_acc": 0.5}, {"epoch": 2, "test_acc": 0.6, "partial_batches": 2}]
+    )
+    record.add_epoch({"epoch": 2, "test_acc": 0.7, "partial_batches": 2})
+    assert [(h["epoch"], h["test_acc"]) for h in read_record(path)["history"]] == [
+        (1, 0.5),
+        (2, 0.7),
+    ]
+    record.add_epoch({"epoch": 2, "test_acc": 0.8})  # its whole epoch 2 (the continued one)
+    with pytest.raises(ValueError, match="epoch is 2"):  # a whole epoch is never replaced
+        record.add_epoch({"epoch": 2, "test_acc": 0.9})

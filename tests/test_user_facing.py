@@ -104,21 +104,36 @@ def test_an_epoch_stopped_before_its_last_batch_is_shorter_not_faster(epochs):
 
 def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_path):
     """It had been recorded as a whole epoch: its half-length seconds counted as an epoch's,
-    and the closing line said nothing of the stop."""
-    from conftest import compose_config
+    its test accuracy the epoch before's (it was not evaluated), and the closing line said
+    nothing of the stop. Now it is evaluated and checkpointed where it stopped."""
+    from conftest import CONF, compose_config
+    from hydra import compose, initialize_config_dir
     from test_integrity import SYNTHETIC
 
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+    from multigpu.run.evaluation import evaluate
     from multigpu.run.training import train
 
     overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+trainer.max_steps=6"]
-    record = train(compose_config(overrides, tmp_path / "run"))  # 4 batches an epoch
+    cfg = compose_config(overrides, tmp_path / "run")
+    record = train(cfg)  # 4 batches an epoch
     assert record["status"] == "completed"
     assert [h["partial_batches"] for h in record["history"]] == [None, 2]
+    # Its command again: finished (a notice), not "trained further in place" (refused).
+    again = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path / "run")
+    assert again.finished is not None and again.finished["run_id"] == record["run_id"]
+    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        checking = [f"ckpt_path={last}", f"paths.output_dir={tmp_path}", *SYNTHETIC[-3:]]
+        evaluated = evaluate(compose("eval", overrides=checking, return_hydra_config=True))
+    assert evaluated["epochs_trained"] == 2  # the checkpoint of the stop
+    assert record["history"][-1]["test_acc"] == record["test_acc"] == evaluated["test_acc"]
     assert record["epoch_s"] == pytest.approx(record["history"][0]["epoch_s"])
     (said, *_) = closing_lines(record, tmp_path / "run")
     assert "after 2 epoch(s), the last stopped after 2 batch(es)" in said
     # Continued without the limit: the partial epoch stays one, the next is whole.
-    last = tmp_path / "run" / "checkpoints" / "last.ckpt"
     resume = [f"ckpt_path={last}", "resume_changes=[trainer.max_steps]"]
     resumed = train(compose_config([*overrides[:-1], *resume], tmp_path / "resumed"))
     assert [h["partial_batches"] for h in resumed["history"]] == [None, 2, None]

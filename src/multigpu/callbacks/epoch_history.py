@@ -33,12 +33,14 @@ EPOCH_KEYS = {
     "samples_per_s": "throughput/samples_per_s",
     "peak_gpu_mb": "memory/peak_gpu_mb",
 }
+EVALUATED = ("test_acc", "val_acc")  # logged by the epoch's evaluation, when it has one
 
 
 class EpochHistory(Callback):
     def __init__(self, record: RunRecord):
         self.record = record
         self._batches = 0  # trained in this epoch by this run
+        self._evaluated = False  # this epoch, by its evaluation (else the last one's figures)
         self._carried: tuple[float | None] | None = None  # the wall_s this run continues
 
     def wall_s(self) -> float | None:
@@ -52,11 +54,21 @@ class EpochHistory(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._batches = 0
+        self._batches, self._evaluated = 0, False
 
     @override
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        """At ``max_steps`` the run stops as for ``max_time``: through ``should_stop``, which
+        has Lightning evaluate the epoch it stops (and ``LastCheckpoint`` save it); reaching
+        ``max_steps`` alone ended the epoch untested, with the last epoch's figures."""
         self._batches += 1
+        if 0 <= trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._evaluated = True
 
     def partial_batches(self, trainer: Trainer) -> int | None:
         """The batches this run trained in the epoch when fewer than the epoch holds: stopped
@@ -74,6 +86,8 @@ class EpochHistory(Callback):
         for key, name in EPOCH_KEYS.items():
             value = logged.get(name)
             entry[key] = None if value is None else float(value)  # waits for the device
+        if not self._evaluated:  # what callback_metrics hold is an earlier epoch's
+            entry |= dict.fromkeys(EVALUATED)
         entry["wall_s"] = self.wall_s()
         entry["partial_batches"] = self.partial_batches(trainer)
         self.record.add_epoch(entry)

@@ -133,7 +133,9 @@ def admit(
         check_apart_from_other_runs(folders, sweep)
         check_places_apart(written_places(cfg, folders), sweep)
     checkpoints = checkpoint_folder(folders)
-    own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
+    own = folder_state(
+        folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero, limited(cfg)
+    )
     if own.finished is not None:
         return Admission(run, settings, finished=own.finished)
     if rank_zero:
@@ -632,10 +634,11 @@ def folder_state(
     settings: dict[str, Any],
     max_epochs: int | None,
     rank_zero: bool,
+    limited: bool = False,
 ) -> Folder:
     """What the run folder already holds: nothing, the same run unfinished (continued from its
     last checkpoint in ``checkpoints``), the same run finished (nothing to run), or another run
-    (refused)."""
+    (refused). A run ``limited`` by steps or time is finished once completed, at any epoch."""
     path = output_dir / RECORD
     if not path.exists():
         if rank_zero:  # the other ranks of a run may start first and find rank 0's files
@@ -654,7 +657,7 @@ def folder_state(
     last = checkpoints / LAST
     status, epochs = previous.get("status"), previous.get("epochs")
     if rank_zero and status in FINISHED:
-        if status == "completed" and wants_more(epochs, max_epochs):
+        if status == "completed" and not limited and wants_more(epochs, max_epochs):
             raise OccupiedFolder(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
@@ -690,6 +693,14 @@ def check_nothing_else(output_dir: Path) -> None:
             f"{output_dir} holds {', '.join(held)} but no {RECORD}: it is left as "
             f"it is; {resume}pass another hydra.run.dir"
         )
+
+
+def limited(cfg: DictConfig) -> bool:
+    """Whether the run ends at a step or time limit (``+trainer.max_steps``, ``max_time``) as
+    well as at ``trainer.max_epochs``: completed before its last epoch, it finished all the
+    same, and its command run again is a notice, not a request to train further."""
+    trainer = cfg.get("trainer") or {}
+    return trainer.get("max_steps", -1) not in (-1, None) or trainer.get("max_time") is not None
 
 
 def wants_more(epochs: Any, max_epochs: int | None) -> bool:

@@ -237,7 +237,14 @@ class RunRecord:
             self._write(self.current)
 
     def add_epoch(self, entry: dict[str, Any]) -> None:
-        self.history = upgrade_history([*self.history, entry])
+        """The epoch's entry after the history; in place of its last entry when it continues
+        that epoch (a run resumed from a checkpoint saved inside it, which ``max_steps``
+        stopped: Lightning goes on from that batch)."""
+        before = self.history
+        last = before[-1] if before else {}
+        if last.get("partial_batches") is not None and last.get("epoch") == entry.get("epoch"):
+            before = before[:-1]
+        self.history = upgrade_history([*before, entry])
         if self.claimed:
             self._write(self.current)
 
