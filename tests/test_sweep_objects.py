@@ -137,3 +137,34 @@ def test_a_full_size_network_is_checked_without_being_made(tmp_path, monkeypatch
     with composed(["model.net.width=64", "model.optimizer.lr=0.1,0.2"], tmp_path / "s") as config:
         check_sweep(config)
     assert devices == [torch.device("meta")] * 2
+
+
+@pytest.mark.parametrize(
+    "overrides,said",
+    [
+        (["hydra.sweep.subdir=fixed"], "jobs 0 and 1 would share the folder {sweep}/fixed"),
+        (
+            ["hydra.sweep.subdir=../out_${hydra:job.num}"],
+            "hydra.sweep.subdir=../out_0 puts the job's folder at {top}/out_0, not inside",
+        ),
+        (
+            ["hydra.output_subdir=../lr_0.1/hy"],
+            "jobs 0 and 1 would write in {sweep}/lr_0.1/hy, inside {sweep}/lr_0.1",
+        ),
+        (["hydra.output_subdir=../shared"], "jobs 0 and 1 would share the folder {sweep}/shared"),
+        (["logger.save_dir=${hydra:sweep.dir}/tb"], "would share the folder {sweep}/tb"),
+    ],
+    ids=["one_subdir", "subdir_outside", "into_a_sibling", "one_config_copy", "one_logger"],
+)
+def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said, tmp_path, capsys):
+    """The jobs' folders as Hydra will make them (``hydra.sweep.subdir`` resolved per job) and
+    the places only a job's files go: two jobs sharing one, or one writing inside the other's,
+    had been found only when the second job ran, after the first had written (Hydra's config
+    copy replacing the first job's); a job folder outside the sweep's was never reported."""
+    from multigpu.run.preflight import check_sweep
+
+    sweep = tmp_path / "sweep"
+    with composed([*overrides, "model.optimizer.lr=0.1,0.2"], sweep) as config:
+        line = refusal(check_sweep, config, capsys)
+    assert line.startswith("error: ") and said.format(sweep=sweep, top=tmp_path) in line
+    assert list(tmp_path.iterdir()) == []

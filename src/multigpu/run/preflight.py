@@ -26,7 +26,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.callbacks.interrupts import signals_held
 from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, summary_line
-from multigpu.config.job_names import job_folder_name, swept_keys, task_overrides
+from multigpu.config.job_names import (
+    job_folder_name,
+    share_swept_keys,
+    swept_keys,
+    task_overrides,
+)
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
@@ -35,6 +40,7 @@ from multigpu.run.admission import (
     check_unchanged,
     finished_notice,
     written_folders,
+    written_places,
 )
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
@@ -139,6 +145,7 @@ def check_sweep(config: DictConfig) -> None:
     if jobs is None:
         return
     loader = GlobalHydra.instance().config_loader()
+    share_swept_keys(config)  # the ${job_folder:} resolver names each job as it will then
     keys = swept_keys(task_overrides(config.hydra), config.hydra.sweeper.get("params"))
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
     sweep_dir = canonical(config.hydra.sweep.dir)
@@ -149,10 +156,12 @@ def check_sweep(config: DictConfig) -> None:
         for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
             try:
                 loaded = loader.load_sweep_config(config, overrides)
-                job = with_output_dir(loaded, sweep_dir / name, number)
+                folder = job_folder_of(loaded, sweep_dir, number)
+                name = folder.relative_to(sweep_dir).as_posix()
+                job = with_output_dir(loaded, folder, number)
                 with as_hydra_sets_it(job):
-                    written[number] = written_folders(job, sweep_dir / name)
-                    admission = admit(job, hydra_runtime(job)[0], machine, sweep_dir / name)
+                    written[number] = own_places(job, written_folders(job, folder))
+                    admission = admit(job, hydra_runtime(job)[0], machine, folder)
             except UserError as err:
                 problems.append(f"job {number} ({name}): {message(err)}")
             except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
@@ -182,6 +191,30 @@ def check_sweep(config: DictConfig) -> None:
     refuse_jobs(problems, len(jobs), what)
 
 
+def own_places(job: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
+    """The job's folders and the places outside them that only its files go to (Hydra's config
+    copy and log file, the logger's files): not ``data.root``, which every job reads."""
+    places = written_places(job, folders)
+    return folders | {key: place for key, place in places.items() if key != "data.root"}
+
+
+def job_folder_of(loaded: DictConfig, sweep_dir: Path, number: int) -> Path:
+    """Where Hydra will make the job's folder: its ``hydra.sweep.subdir`` resolved as Hydra
+    resolves it once the job has its number, inside the sweep's folder or refused (the sweep's
+    report reads the jobs there)."""
+    numbered = with_output_dir(loaded, sweep_dir, number)
+    with as_hydra_sets_it(numbered):
+        subdir = str(numbered.hydra.sweep.subdir)
+    folder = canonical(sweep_dir / subdir)
+    if sweep_dir not in folder.parents:
+        raise UserError(
+            f"hydra.sweep.subdir={subdir} puts the job's folder at {folder}, not inside the "
+            f"sweep's folder {sweep_dir}, where its report looks for it; pass a "
+            "hydra.sweep.subdir below it (the default names each job by what differs)"
+        )
+    return folder
+
+
 def refuse_jobs(problems: list[str], count: int, what: str) -> None:
     if problems:
         refuse(
@@ -199,9 +232,9 @@ def outside_own(written: dict[str, Path]) -> dict[str, Path]:
 
 
 def shared_folders(written: list[dict[str, Path]]) -> list[str]:
-    """Two jobs that would write in one folder (their run folders, or checkpoint folders
-    named alike), or in folders one inside the other: the second would overwrite the first's
-    files, or hold them."""
+    """Two jobs that would write in one folder (their run folders, checkpoint folders or the
+    places only one job's files go, named alike), or in folders one inside the other: the
+    second would overwrite the first's files, or hold them. One problem per pair of jobs."""
     problems = []
     folders = [list(w.values()) for w in written]
     for a, b in itertools.combinations(range(len(written)), 2):
@@ -211,6 +244,9 @@ def shared_folders(written: list[dict[str, Path]]) -> list[str]:
             elif other in one.parents or one in other.parents:
                 inner, outer = (one, other) if other in one.parents else (other, one)
                 problems.append(f"jobs {a} and {b} would write in {inner}, inside {outer}")
+            else:
+                continue
+            break
     return problems
 
 
