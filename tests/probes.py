@@ -120,6 +120,19 @@ class SlowAfterEpoch(Callback):
             time.sleep(self.seconds)
 
 
+class CtrlCAfterEpochEntry(Callback):
+    """Ctrl-C at the end of an epoch, after its history entry is made and before its
+    checkpoint is written (Lightning runs checkpoint callbacks last)."""
+
+    def __init__(self, epoch: int):
+        self.epoch = epoch
+
+    @override
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == self.epoch:
+            raise KeyboardInterrupt
+
+
 class LossLog(Callback):
     """Appends every step's training loss to a text file, one per line."""
 

@@ -57,6 +57,25 @@ def admitted(cfg, folder: Path):
 
 
 # 1. A record only moves forward ---------------------------------------------------------------
+def test_a_stop_between_an_epochs_entry_and_its_checkpoint_records_neither(tmp_path):
+    """Ctrl-C after the epoch's entry was written to the record and before its checkpoint:
+    the record held an epoch no checkpoint held, its reason said no epoch had finished, and
+    the command run again trained that epoch anew over its entry. The entry is written once
+    the checkpoint is: the record and the checkpoints agree whenever the run stops."""
+    from multigpu.run.training import train
+    from multigpu.storage.checkpoint import load_checkpoint
+
+    folder = tmp_path / "run"
+    stop = ["+callbacks.stop._target_=probes.CtrlCAfterEpochEntry", "+callbacks.stop.epoch=1"]
+    with pytest.raises(Interrupted):
+        train(composed([*SYNTHETIC, "trainer.max_epochs=3", *stop], folder))
+    record = record_of(folder)
+    assert record["status"] == "interrupted" and record["epochs"] == 1
+    held = load_checkpoint(folder / "checkpoints" / "last.ckpt")["callbacks"]
+    (history,) = [state["history"] for name, state in held.items() if "EpochHistory" in name]
+    assert [h["epoch"] for h in history] == [h["epoch"] for h in record["history"]] == [1]
+
+
 @pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_resuming_previous_ckpt_into_its_own_folder_is_refused_and_last_ckpt_continues(tmp_path):

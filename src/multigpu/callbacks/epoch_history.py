@@ -19,6 +19,7 @@ from typing import Any
 from pytorch_lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
+from multigpu.callbacks.last_checkpoint import LastCheckpoint
 from multigpu.storage.ckpt_path import SETTINGS
 from multigpu.storage.record import RunRecord
 
@@ -41,6 +42,7 @@ class EpochHistory(Callback):
         self.record = record
         self._batches = 0  # trained in this epoch by this run
         self._evaluated = False  # this epoch, by its evaluation (else the last one's figures)
+        self._written_after_checkpoint = False  # by LastCheckpoint, once the epoch's is saved
         self._carried: tuple[float | None] | None = None  # the wall_s this run continues
 
     def wall_s(self) -> float | None:
@@ -51,6 +53,20 @@ class EpochHistory(Callback):
             self._carried = (carried[-1].get("wall_s") if carried else 0.0,)
         (before,) = self._carried
         return None if before is None else before + time.monotonic() - self.record.started
+
+    @override
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """With ``LastCheckpoint``, an epoch's entry is written to the record once its
+        checkpoint is: a stop between the two had left a record of an epoch that no
+        checkpoint holds (its reason saying no epoch had finished; run again, the epoch
+        recorded was trained anew and its entry replaced)."""
+        for callback in trainer.checkpoint_callbacks:
+            if (
+                isinstance(callback, LastCheckpoint)
+                and self.record.save not in callback.after_epoch
+            ):
+                callback.after_epoch.append(self.record.save)
+                self._written_after_checkpoint = True
 
     @override
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -90,7 +106,7 @@ class EpochHistory(Callback):
             entry |= dict.fromkeys(EVALUATED)
         entry["wall_s"] = self.wall_s()
         entry["partial_batches"] = self.partial_batches(trainer)
-        self.record.add_epoch(entry)
+        self.record.add_epoch(entry, write=not self._written_after_checkpoint)
 
     @override
     def on_save_checkpoint(

@@ -10,6 +10,7 @@ being saved. The file is written atomically (see ``multigpu.storage.checkpoint_i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from pytorch_lightning import LightningModule, Trainer
@@ -26,6 +27,9 @@ class LastCheckpoint(Checkpoint):
             raise ValueError(f"every_n_epochs={every_n_epochs!r} must be >= 1")
         self.dirpath = Path(dirpath)
         self.every_n_epochs = every_n_epochs
+        # Called once the epoch's checkpoint is written (or the epoch has none): the record's
+        # epoch goes after its checkpoint, so no stop between leaves a record ahead of it.
+        self.after_epoch: list[Callable[[], None]] = []
 
     @property
     def path(self) -> Path:
@@ -35,9 +39,10 @@ class LastCheckpoint(Checkpoint):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         finished = trainer.current_epoch + 1
         is_last = trainer.max_epochs is not None and finished >= trainer.max_epochs
-        if trainer.fast_dev_run or trainer.sanity_checking:
-            return
-        if finished % self.every_n_epochs == 0 or is_last or trainer.should_stop:
+        saving = finished % self.every_n_epochs == 0 or is_last or trainer.should_stop
+        if saving and not (trainer.fast_dev_run or trainer.sanity_checking):
             if trainer.is_global_zero and self.path.is_file():
                 link_atomically(self.path, self.dirpath / PREVIOUS)
             trainer.save_checkpoint(self.path, weights_only=False)  # with optimizer state
+        for then in self.after_epoch:
+            then()

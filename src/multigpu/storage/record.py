@@ -236,15 +236,20 @@ class RunRecord:
         if self.claimed:
             self._write(self.current)
 
-    def add_epoch(self, entry: dict[str, Any]) -> None:
+    def add_epoch(self, entry: dict[str, Any], write: bool = True) -> None:
         """The epoch's entry after the history; in place of its last entry when it continues
         that epoch (a run resumed from a checkpoint saved inside it, which ``max_steps``
-        stopped: Lightning goes on from that batch)."""
+        stopped: Lightning goes on from that batch). Written now, or by ``save``."""
         before = self.history
         last = before[-1] if before else {}
         if last.get("partial_batches") is not None and last.get("epoch") == entry.get("epoch"):
             before = before[:-1]
         self.history = upgrade_history([*before, entry])
+        if write:
+            self.save()
+
+    def save(self) -> None:
+        """Write the record as it stands, once this run has claimed it."""
         if self.claimed:
             self._write(self.current)
 
