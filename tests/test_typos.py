@@ -533,6 +533,7 @@ def test_a_typo_is_answered_before_torch_in_one_line(case, tmp_path):
         (["model.optimizer.lr=${no.such.key}"], "Interpolation key 'no.such.key' not found"),
         (["data.root=${oc.env:HOME}/data"], None),
         (["hydra.run.dir=${hydra:runtime.cwd}/x"], None),  # known once Hydra runs
+        (["hydra.job_logging.handlers.file.filename=${hydra.runtime.output_dir}/j.log"], None),
         (["model.net.width=${model.net.num_classes}"], None),
         (["model.optimizer.lr=0.2"], None),  # no interpolation: nothing composed
     ],

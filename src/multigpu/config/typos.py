@@ -70,6 +70,11 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
     return [Typo(refused)] if refused else []
 
 
+# What a resolution error says of a value known only once Hydra runs the job: ${hydra:...},
+# the project's resolvers, and Hydra's runtime keys (${hydra.runtime.output_dir}).
+KNOWN_ONCE_HYDRA_RUNS = ("HydraConfig", "Unsupported interpolation type", "value: hydra.runtime.")
+
+
 def check_interpolations(argv: list[str], config_name: str, conf: Path) -> str | None:
     """An override's interpolation (``${oc.env:NAME}``, ``${seed}``) that cannot be resolved,
     said now: Hydra prints a traceback for it later, or (one job of a sweep) runs the others.
@@ -97,9 +102,9 @@ def check_interpolations(argv: list[str], config_name: str, conf: Path) -> str |
             OmegaConf.select(cfg, key, throw_on_resolution_failure=True)
         except (OmegaConfBaseException, RecursionError, ValueError) as err:
             reason = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
-            if "HydraConfig" not in reason and "Unsupported interpolation type" not in reason:
+            if not any(later in reason for later in KNOWN_ONCE_HYDRA_RUNS):
                 return f"{key}={text} cannot be resolved ({reason}): pass a value it can take"
-    return None  # ${hydra:...} and the project's resolvers are known once Hydra runs
+    return None
 
 
 def interpolates(value: Any) -> bool:
