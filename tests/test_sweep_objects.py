@@ -168,3 +168,18 @@ def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said,
         line = refusal(check_sweep, config, capsys)
     assert line.startswith("error: ") and said.format(sweep=sweep, top=tmp_path) in line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "sweep"])
+def test_a_misspelt_key_of_hydras_config_in_a_value_is_refused(multirun, tmp_path, capsys):
+    """Hydra's ``${hydra:...}`` resolver gives null for a key its config lacks: a misspelt one
+    had trained with a null setting, or written a job's logs under ``None/``."""
+    from multigpu.run.preflight import Preflight, check_sweep
+
+    given = "logger.save_dir=${hydra:sweep.dri}/tb"
+    with composed([given, *(["seed=1,2"] if multirun else [])], tmp_path / "x", multirun) as config:
+        check = check_sweep if multirun else Preflight().on_run_start
+        line = refusal(check, config, capsys)
+    assert f"{given} names hydra.sweep.dri, which Hydra's config does not have" in line
+    assert "did you mean hydra.sweep.dir?" in line
+    assert list(tmp_path.iterdir()) == []

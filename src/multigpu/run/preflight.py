@@ -15,6 +15,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -25,13 +26,22 @@ from omegaconf import Container, DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.callbacks.interrupts import signals_held
-from multigpu.config.errors import RunStopped, UserError, WriteFailed, message, summary_line
+from multigpu.config.errors import (
+    RunStopped,
+    UserError,
+    WriteFailed,
+    closest,
+    did_you_mean,
+    message,
+    summary_line,
+)
 from multigpu.config.job_names import (
     job_folder_name,
     share_swept_keys,
     swept_keys,
     task_overrides,
 )
+from multigpu.config.schema import ABSENT
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
@@ -73,6 +83,35 @@ def with_output_dir(config: DictConfig, folder: Path, number: int | None = None)
             if number is not None:
                 config.hydra.job.id, config.hydra.job.num = number, number
     return config
+
+
+HYDRA_KEY = re.compile(r"\$\{hydra:([^}]+)\}")  # ${hydra:job.num}: a key of Hydra's config
+
+
+def check_hydra_keys(job: DictConfig) -> None:
+    """Every ``${hydra:key}`` in the job's values names a key Hydra's config has: Hydra's
+    resolver gives null for any other, and a misspelt one (``${hydra:job.nmu}``) had trained
+    with a null setting."""
+    hydra = job.hydra
+    for key, value in flat(OmegaConf.to_container(job, resolve=False)).items():
+        for named in HYDRA_KEY.findall(str(value)) if not key.startswith("hydra.") else ():
+            if OmegaConf.select(hydra, named, default=ABSENT) is ABSENT:
+                known = flat(OmegaConf.to_container(hydra, resolve=False))
+                meant = did_you_mean([f"hydra.{k}" for k in closest(named, known)])
+                raise UserError(
+                    f"{key}={value} names hydra.{named}, which Hydra's config does not have"
+                    + (meant or ": name a key it has, e.g. ${hydra:job.num}")
+                )
+
+
+def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested mapping as dotted keys and their values."""
+    if not isinstance(tree, Mapping):
+        return {prefix: tree}
+    found: dict[str, Any] = {}
+    for name, value in tree.items():
+        found |= flat(value, f"{prefix}.{name}" if prefix else str(name))
+    return found
 
 
 @contextlib.contextmanager
@@ -159,6 +198,7 @@ def check_sweep(config: DictConfig) -> None:
                 folder = job_folder_of(loaded, sweep_dir, number)
                 name = folder.relative_to(sweep_dir).as_posix()
                 job = with_output_dir(loaded, folder, number)
+                check_hydra_keys(job)
                 with as_hydra_sets_it(job):
                     written[number] = own_places(job, written_folders(job, folder))
                     admission = admit(job, hydra_runtime(job)[0], machine, folder)
@@ -289,6 +329,7 @@ class Preflight(Callback):
         check_creatable_folder(str(folder), "hydra.run.dir")
         try:
             cfg = with_output_dir(config, folder)
+            check_hydra_keys(cfg)
             with as_hydra_sets_it(cfg):
                 choices = hydra_runtime(cfg)[0]
                 admission = admit(cfg, choices, Machine.this(False), folder, is_rank_zero())
