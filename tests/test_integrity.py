@@ -828,3 +828,19 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert at_start["epochs"] == 1 and [h["epoch"] for h in at_start["history"]] == [1]
     after = json.loads((run / "metrics.json").read_text())
     assert after["epochs"] == 1 and after["status"] == "interrupted"
+
+
+def test_a_resume_with_no_time_left_under_max_time_is_a_notice():
+    """Lightning's Timer carries the training time a checkpoint's run spent: resumed under the
+    same ``+trainer.max_time``, it stopped at once, and the run failed with its folder made
+    ("no epoch was trained"). Now a notice, before anything is written; with time left, or
+    no Timer in the checkpoint, the resume goes on."""
+    from multigpu.config.errors import NothingToDo
+    from multigpu.run.resume import check_time_to_train
+
+    held = {"callbacks": {"Timer": {"time_elapsed": {"train": 120.5, "validate": 9.0}}}}
+    with pytest.raises(NothingToDo, match=r"already holds 120 s of training and trainer.max_ti"):
+        check_time_to_train(Path("last.ckpt"), held, "00:00:02:00")
+    for left in ("00:00:02:01", {"minutes": 3}, None):
+        check_time_to_train(Path("last.ckpt"), held, left)
+    check_time_to_train(Path("last.ckpt"), {}, "00:00:00:01")

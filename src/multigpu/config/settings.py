@@ -396,12 +396,12 @@ def check_cosine_length(tree: Mapping[str, Any]) -> None:
 DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")  # DD:HH:MM:SS, as Lightning's Timer reads it
 
 
-def check_max_time(value: Any) -> None:
+def check_max_time(value: Any) -> float | None:
     """``+trainer.max_time`` as Lightning's Timer reads it (``DD:HH:MM:SS``, or timedelta's
     arguments), and above zero: a malformed one would fail, and a zero one stop the run before
-    its first batch, only once the run had started."""
+    its first batch, only once the run had started. Its seconds (None: no limit)."""
     if value in (None, ABSENT):
-        return
+        return None
     fix = "give a duration above 0: DD:HH:MM:SS (00:01:30:00 is 90 minutes) or {minutes:90}"
     try:
         if isinstance(value, Mapping):
@@ -415,6 +415,7 @@ def check_max_time(value: Any) -> None:
         raise UserError(f"trainer.max_time={as_override(value)} is not a duration: {fix}") from None
     if duration <= timedelta(0):
         raise UserError(f"trainer.max_time={as_override(value)} leaves no time to train: {fix}")
+    return duration.total_seconds()
 
 
 # Keys: what each node's target takes ----------------------------------------------------------

@@ -196,8 +196,9 @@ def starting_point(
     fresh = replace(fresh, recorded=own.recorded)
     if ckpt_path is not None:
         max_steps, max_epochs = cfg.trainer.get("max_steps", -1), fresh.run.max_epochs
+        max_time = cfg.trainer.get("max_time")
         resume = plan_resume(
-            ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps
+            ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps, max_time
         )
         if rank_zero:  # the others may find rank 0's record ahead already
             check_moves_forward(fresh.folders, own, resume)

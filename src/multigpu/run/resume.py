@@ -27,6 +27,8 @@ from multigpu.config.computation import (
     differences,
 )
 from multigpu.config.errors import NothingToDo, UserError, closest, did_you_mean
+from multigpu.config.schema import as_override
+from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.record_file import BadRecord, read_record
 
@@ -171,6 +173,21 @@ def check_something_to_train(path: Path, reached: dict[str, tuple[Any, Any]]) ->
             )
 
 
+def check_time_to_train(path: Path, checkpoint: dict[str, Any], max_time: Any) -> None:
+    """A resume under ``+trainer.max_time`` must have time left: Lightning's Timer carries the
+    training time the checkpoint's run spent, and stops at once when it is spent (the run
+    then failed, no epoch trained, with its folder and record made)."""
+    limit = check_max_time(max_time)
+    timer = (checkpoint.get("callbacks") or {}).get("Timer") or {}
+    spent = (timer.get("time_elapsed") or {}).get("train")
+    if limit is not None and isinstance(spent, (int, float)) and spent >= limit:
+        raise NothingToDo(
+            f"ckpt_path={path} already holds {spent:.0f} s of training and trainer.max_time="
+            f"{as_override(max_time)}: nothing to train (nothing was written); to train on, "
+            "pass a longer +trainer.max_time (it counts the time the checkpoint holds)"
+        )
+
+
 def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowed) -> Path:
     """``ckpt_path``/``init_from`` as a checkpoint file: ``latest`` is the newest of these
     settings for a resume (``settings`` given), the newest of any for ``init_from``."""
@@ -194,6 +211,7 @@ def plan_resume(
     max_epochs: int | None,
     net: dict[str, Any],
     max_steps: int = -1,
+    max_time: Any = None,
 ) -> Resume:
     """The checkpoint a resume continues, read whole and checked against the run, its
     network included (``net``: the configured ``model.net``), before anything is written."""
@@ -213,6 +231,7 @@ def plan_resume(
     epochs = finished_epochs(checkpoint)
     steps = checkpoint.get("global_step")
     check_something_to_train(path, {"epochs": (epochs, max_epochs), "steps": (steps, max_steps)})
+    check_time_to_train(path, checkpoint, max_time)
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
     return Resume(path, epochs, saved, changed, epoch_history(checkpoint) or [])
