@@ -7,6 +7,7 @@ import functools
 import gzip
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,10 @@ def examples(count: int) -> settings:
 
 
 REPO = Path(__file__).resolve().parents[1]
+# The processes the tests start take the signals' defaults, whatever this one inherited: under
+# `nohup` (SIGHUP ignored) a run leaves SIGHUP ignored, as a user's nohup asks, and the tests
+# of what a hang-up does would see nothing happen.
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 # A run's environment that finds tests/probes.py (callbacks a test adds with +callbacks.x=...).
 PROBES_ENV = {
     "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])

@@ -227,6 +227,7 @@ def test_a_resume_into_a_folder_holding_its_record_moves_it_forward_or_is_refuse
 
 
 # 2. The folder checked is the folder written ---------------------------------------------------
+@pytest.mark.slow  # two whole commands, 8 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_a_tilde_in_the_run_folder_is_refused_and_in_the_checkpoint_folder_is_home(tmp_path):
     """Hydra makes ``hydra.run.dir='~/x'`` as ``./~/x`` while the checks and the lock read
@@ -374,7 +375,7 @@ PLACES = {
 }
 
 
-@examples(15)
+@examples(8)
 @given(
     key=st.sampled_from(sorted(PLACES)),
     mark=st.sampled_from(["metrics.json", "multirun.yaml", "last.ckpt", None]),
@@ -697,7 +698,8 @@ STOPPED_AFTER = {
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize("after", ["taken", pytest.param("chdir", marks=pytest.mark.slow)])
+@pytest.mark.slow  # a cold interpreter each, 7 s: the default suite's 5 minutes
+@pytest.mark.parametrize("after", ["taken", "chdir"])
 def test_sigterm_just_after_the_run_takes_its_folder_is_recorded_there(tmp_path, after):
     """The run's folder exists from the moment it is taken (``acquire_all``), before the
     handler that records an early stop was set: a SIGTERM there ended the process by the

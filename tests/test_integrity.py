@@ -844,3 +844,27 @@ def test_a_resume_with_no_time_left_under_max_time_is_a_notice():
     for left in ("00:00:02:01", {"minutes": 3}, None):
         check_time_to_train(Path("last.ckpt"), held, left)
     check_time_to_train(Path("last.ckpt"), {}, "00:00:00:01")
+
+
+@pytest.mark.parametrize("ran_with", [3, 2], ids=["a_limit_stopped_it", "max_epochs_ended_it"])
+def test_a_completed_run_is_finished_where_its_limit_stopped_it(tmp_path, ran_with):
+    """Completed after 2 epochs: stopped by ``max_steps``/``max_time`` before the 3 epochs it
+    ran with, its command run again (any max_epochs) is a notice; ended by its own 2 epochs,
+    asking for 5 is refused with the way to train on (a limit merely set is not what ended it)."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    cfg = compose_config([*SYNTHETIC, f"trainer.max_epochs={ran_with}"], tmp_path)
+    first = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path)
+    record = RunRecord(tmp_path / "metrics.json", first.run.record(), settings=first.settings)
+    record.claim([])
+    for epoch in (1, 2):
+        record.add_epoch({"epoch": epoch, "test_acc": 0.5, "train_loss": 1.0})
+    record.finish(COMPLETED)
+    more = compose_config([*SYNTHETIC, "trainer.max_epochs=5"], tmp_path)
+    if ran_with == 3:
+        assert admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path).finished
+    else:
+        with pytest.raises(OccupiedFolder, match="not trained further in place"):
+            admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path)

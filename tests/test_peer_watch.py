@@ -97,3 +97,17 @@ def test_a_process_ended_by_a_stop_signal_is_told_from_one_that_failed():
         watch = PeerWatch([process], first_rank=1, grace_s=60)
         assert watch.failed_peer(wait_s=30) is not None
         assert watch.stop_signal(stops) == expected
+
+
+def test_the_watch_stands_down_for_the_runs_own_kill_not_for_a_stop_passed_on():
+    """Lightning passes a SIGTERM rank 0 gets on to the processes it started, which end at
+    once: rank 0 may then wait on them in a collective, so the watch stays up to end the run
+    interrupted. Only the SIGKILL that ends the run is rank 0's own ending."""
+    from multigpu.strategies.ddp import WatchedScriptLauncher
+
+    launcher = WatchedScriptLauncher.__new__(WatchedScriptLauncher)  # no cluster to start
+    launcher.procs, launcher.watch = [], PeerWatch([], first_rank=1, grace_s=60)
+    launcher.kill(signal.SIGTERM)
+    assert not launcher.watch.stopped.is_set()
+    launcher.kill(signal.SIGKILL)
+    assert launcher.watch.stopped.is_set()

@@ -549,7 +549,7 @@ def test_an_interpolation_that_cannot_be_resolved_is_one_line_before_hydra(argv,
         assert found is not None and said in found and "cannot be resolved" in found, found
 
 
-@examples(25)
+@examples(15)
 @given(
     name=st.from_regex(r"NOPE_[A-Z]{3,12}", fullmatch=True),
     key=st.sampled_from(

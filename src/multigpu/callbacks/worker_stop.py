@@ -10,6 +10,7 @@ the run was then recorded failed.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import threading
@@ -24,9 +25,12 @@ from multigpu.config.launch import PARENT, stop_signals
 class WorkerStopsAtOnce(Callback):
     @override
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """Once Lightning has set its handlers: this process's own, on a rank 0 started."""
+        """Once Lightning has set its handlers: this process's own, in a process rank 0
+        started as a script of its own (``popen``; not ``spawn``'s, whose rank 0 has no
+        watch to record how the run ended)."""
         started_by_rank_0 = os.environ.get(PARENT) == str(os.getppid())
-        if trainer.global_rank == 0 or not started_by_rank_0:
+        script = multiprocessing.parent_process() is None
+        if trainer.global_rank == 0 or not (started_by_rank_0 and script):
             return
         if threading.current_thread() is threading.main_thread():
             for signum in stop_signals(os.environ):

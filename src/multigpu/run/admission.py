@@ -133,9 +133,7 @@ def admit(
         check_apart_from_other_runs(folders, sweep)
         check_places_apart(written_places(cfg, folders), sweep)
     checkpoints = checkpoint_folder(folders)
-    own = folder_state(
-        folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero, limited(cfg)
-    )
+    own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
         return Admission(run, settings, finished=own.finished)
     if rank_zero:
@@ -219,11 +217,11 @@ def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -
     """A resume into a run folder that holds a record of its run continues that record, which
     only moves forward: the checkpoint carries the record's epochs (the same ones, as far as both
     go) and no fewer, or it is the folder's own ``last.ckpt`` (behind its record when
-    ``callbacks.checkpoint.every_n_epochs`` > 1, or when the run was killed between writing the
-    two: the record keeps its later epochs until they are trained again, as when the folder is
-    continued without ``ckpt_path``). An older checkpoint (``previous.ckpt``, or one copied
-    aside) or another run's is refused before anything is written: resumed in place, it would
-    take the record back and overwrite the folder's checkpoints."""
+    ``callbacks.checkpoint.every_n_epochs`` > 1: the record keeps its later epochs until they
+    are trained again, as when the folder is continued without ``ckpt_path``). An older
+    checkpoint (``previous.ckpt``, or one copied aside) or another run's is refused before
+    anything is written: resumed in place, it would take the record back and overwrite the
+    folder's checkpoints."""
     recorded = own.recorded
     if not recorded:
         return
@@ -635,11 +633,11 @@ def folder_state(
     settings: dict[str, Any],
     max_epochs: int | None,
     rank_zero: bool,
-    limited: bool = False,
 ) -> Folder:
     """What the run folder already holds: nothing, the same run unfinished (continued from its
     last checkpoint in ``checkpoints``), the same run finished (nothing to run), or another run
-    (refused). A run ``limited`` by steps or time is finished once completed, at any epoch."""
+    (refused). A run a step or time limit completed before its own ``max_epochs`` finished
+    there: its command run again is a notice, not a request to train further."""
     path = output_dir / RECORD
     if not path.exists():
         if rank_zero:  # the other ranks of a run may start first and find rank 0's files
@@ -658,7 +656,11 @@ def folder_state(
     last = checkpoints / LAST
     status, epochs = previous.get("status"), previous.get("epochs")
     if rank_zero and status in FINISHED:
-        if status == "completed" and not limited and wants_more(epochs, max_epochs):
+        if (
+            status == "completed"
+            and not stopped_by_a_limit(previous)
+            and wants_more(epochs, max_epochs)
+        ):
             raise OccupiedFolder(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
@@ -696,12 +698,12 @@ def check_nothing_else(output_dir: Path) -> None:
         )
 
 
-def limited(cfg: DictConfig) -> bool:
-    """Whether the run ends at a step or time limit (``+trainer.max_steps``, ``max_time``) as
-    well as at ``trainer.max_epochs``: completed before its last epoch, it finished all the
-    same, and its command run again is a notice, not a request to train further."""
-    trainer = cfg.get("trainer") or {}
-    return trainer.get("max_steps", -1) not in (-1, None) or trainer.get("max_time") is not None
+def stopped_by_a_limit(record: dict[str, Any]) -> bool:
+    """Whether a completed run ended before the ``max_epochs`` it ran with (``max_steps`` or
+    ``max_time`` stopped it)."""
+    ran_with, epochs = (record.get("run") or {}).get("max_epochs"), record.get("epochs")
+    counted = isinstance(ran_with, int) and ran_with != -1 and isinstance(epochs, int)
+    return counted and epochs < ran_with
 
 
 def wants_more(epochs: Any, max_epochs: int | None) -> bool:

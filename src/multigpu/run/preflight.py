@@ -41,7 +41,6 @@ from multigpu.config.job_names import (
     swept_keys,
     task_overrides,
 )
-from multigpu.config.schema import ABSENT
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
@@ -92,11 +91,13 @@ def check_hydra_keys(job: DictConfig) -> None:
     """Every ``${hydra:key}`` in the job's values names a key Hydra's config has: Hydra's
     resolver gives null for any other, and a misspelt one (``${hydra:job.nmu}``) had trained
     with a null setting."""
-    hydra = job.hydra
+    known = flat(OmegaConf.to_container(job.hydra, resolve=False))  # a ??? value is a key
+    nodes = {k.rsplit(".", n)[0] for k in known for n in range(1, k.count(".") + 1)}
     for key, value in flat(OmegaConf.to_container(job, resolve=False)).items():
-        for named in HYDRA_KEY.findall(str(value)) if not key.startswith("hydra.") else ():
-            if OmegaConf.select(hydra, named, default=ABSENT) is ABSENT:
-                known = flat(OmegaConf.to_container(hydra, resolve=False))
+        if key.startswith(("hydra.overrides.", "hydra.job.override_dirname")):
+            continue  # the command's own text, said again: the value it sets names the key
+        for named in HYDRA_KEY.findall(str(value)):
+            if named not in known and named not in nodes:
                 meant = did_you_mean([f"hydra.{k}" for k in closest(named, known)])
                 raise UserError(
                     f"{key}={value} names hydra.{named}, which Hydra's config does not have"
@@ -233,9 +234,13 @@ def check_sweep(config: DictConfig) -> None:
 
 def own_places(job: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
     """The job's folders and the places outside them that only its files go to (Hydra's config
-    copy and log file, the logger's files): not ``data.root``, which every job reads."""
+    copy and log file, the logger's files): not ``data.root``, which every job reads, nor a
+    logger's ``save_dir/name`` without a version (each job's logger picks a new one there)."""
     places = written_places(job, folders)
-    return folders | {key: place for key, place in places.items() if key != "data.root"}
+    shared = {"data.root"}
+    if (job.get("logger") or {}).get("version", "") is None:
+        shared.add("logger.save_dir")
+    return folders | {key: place for key, place in places.items() if key not in shared}
 
 
 def job_folder_of(loaded: DictConfig, sweep_dir: Path, number: int) -> Path:

@@ -2,14 +2,14 @@
 ended. ``train()`` owns it; its keys are documented once, in docs/records.md.
 
 The file is the record: it is rewritten whenever the history changes (at the start, when a
-checkpoint restores earlier epochs, after every epoch) and when the run ends, which then only
-sets the status on what the file holds. That works whichever process trained: this one, or
-spawned DDP workers whose history never comes back to this process.
+checkpoint restores earlier epochs, after every epoch, once that epoch's checkpoint is written)
+and when the run ends, which then only sets the status on what the file holds. That works
+whichever process trained: this one, or spawned DDP workers whose history never comes back to
+this process.
 
 It never holds fewer epochs than it did: a run that continues its folder from a checkpoint
-behind the folder's record (``callbacks.checkpoint.every_n_epochs`` > 1, or a run killed
-between the record's write and the checkpoint's) keeps the record's later epochs until it has
-trained them again (``RunRecord.claim``'s ``recorded``).
+behind the folder's record (``callbacks.checkpoint.every_n_epochs`` > 1) keeps the record's
+later epochs until it has trained them again (``RunRecord.claim``'s ``recorded``).
 """
 
 from __future__ import annotations
@@ -238,8 +238,9 @@ class RunRecord:
 
     def add_epoch(self, entry: dict[str, Any], write: bool = True) -> None:
         """The epoch's entry after the history; in place of its last entry when it continues
-        that epoch (a run resumed from a checkpoint saved inside it, which ``max_steps``
-        stopped: Lightning goes on from that batch). Written now, or by ``save``."""
+        that partial epoch (a run resumed from a checkpoint saved inside it, when Lightning
+        goes on from that batch rather than from the next epoch). Written now, or by ``save``
+        (``EpochHistory``: once the epoch's checkpoint is)."""
         before = self.history
         last = before[-1] if before else {}
         if last.get("partial_batches") is not None and last.get("epoch") == entry.get("epoch"):

@@ -60,8 +60,11 @@ class WatchedScriptLauncher(SubprocessScriptLauncher):
 
     @override
     def kill(self, signum: signal.Signals | int) -> None:
-        """Stand the watch down (these exits are ours), then signal the started processes."""
-        if self.watch is not None:
+        """Signal the started processes; for the kill that ends the run, stand the watch down
+        first (these exits are ours). A stop signal Lightning passes on leaves the watch up:
+        rank 0 may then wait on the stopped processes in a collective, and the watch ends the
+        run interrupted by that signal."""
+        if self.watch is not None and signum == get_sigkill_signal():
             self.watch.stopped.set()
         super().kill(signum)
 
