@@ -106,8 +106,10 @@ def test_a_read_only_checkpoint_folder_is_refused_before_anything(can_mount, tmp
     ids=["room_for_the_record", "no_room_at_all"],
 )
 def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
-    """The disk fills when epoch 2 starts: its checkpoint (or already its record) cannot be
-    written. Epoch 1's checkpoint is intact, and the run resumes from it elsewhere."""
+    """The disk fills when epoch 2 starts: its checkpoint cannot be written (the record's entry
+    for it comes after), nor, with no room at all, the record's ending. Epoch 1's checkpoint
+    is intact, the record holds epoch 1 as the checkpoint does, and the run resumes from it
+    elsewhere."""
     with small_disk(tmp_path / "disk", "24m") as disk:
         run_dir = disk / "run"
         result = run_script(
@@ -123,20 +125,23 @@ def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
             env=PROBES_ENV,
         )
         last = run_dir / "checkpoints" / "last.ckpt"
-        failed = run_dir / ("checkpoints/last.ckpt" if free else "metrics.json")
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
-        assert last_line(result) == (
-            f"error: cannot write {failed}: No space left on device (the disk is full: free "
+        said = (
+            f"error: cannot write {last}: No space left on device (the disk is full: free "
             f"space, or write elsewhere); resume with ckpt_path={last} (or ckpt_path=latest)"
         )
+        if not free:
+            said += "; metrics.json could not be updated either"
+        assert last_line(result).startswith(said), last_line(result)
         assert not list(run_dir.rglob("*.partial"))
         assert load_checkpoint(last)["epoch"] == 0  # epoch 1's, intact and verified
         recorded = json.loads((run_dir / "metrics.json").read_text())
+        assert recorded["epochs"] == 1  # as the checkpoint
         if free:
             assert recorded["status"] == "failed"
             assert recorded["reason"] == last_line(result)[len("error: ") :]
-        else:  # it could not be written: it still holds epoch 1, and the line named it
-            assert recorded["status"] == "running" and recorded["epochs"] == 1
+        else:  # its ending could not be written, and the line said so
+            assert recorded["status"] == "running"
         (disk / "filler").unlink()
         resumed = run_script(
             "train.py", *RUN, f"data.root={data_root}", f"ckpt_path={last}", cwd=tmp_path
