@@ -732,6 +732,32 @@ def test_sigterm_just_after_the_run_takes_its_folder_is_recorded_there(tmp_path,
     assert record["status"] == "interrupted" and record["settings"]
 
 
+@pytest.mark.slow  # a cold interpreter, 7 s
+@pytest.mark.subprocess
+def test_a_refusal_as_a_signal_is_held_is_said_before_the_signal_acts(tmp_path):
+    """A SIGTERM held while the run takes its folders, which are then refused: the signal's
+    default had ended the process before the refusal was said (no line). Now the line, then
+    the process ends by the signal; nothing is written."""
+    from conftest import run_python
+
+    script = tmp_path / "refused_as_stopped.py"
+    script.write_text(
+        "import os, runpy, signal, sys\n"
+        "import multigpu.run.preflight as preflight\n"
+        "from multigpu.config.errors import OccupiedFolder\n"
+        "def refused(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    raise OccupiedFolder('run (hydra.run.dir) is in use by another run')\n"
+        "preflight.acquire_all = refused\n"
+        f"sys.argv[0] = {str(REPO / 'train.py')!r}\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    result = run_python(str(script), *SYNTHETIC, "hydra.run.dir=run", cwd=tmp_path, timeout=120)
+    assert result.returncode == -signal.SIGTERM, result.stderr[-3000:]
+    assert one_line(result.stderr) == "error: run (hydra.run.dir) is in use by another run"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [script.name]
+
+
 @pytest.mark.subprocess
 def test_a_tilde_in_the_sweep_folder_is_one_line_for_the_whole_sweep(tmp_path):
     """It had been refused once per job, the same reason repeated inside the sweep's line."""

@@ -243,6 +243,14 @@ def own_places(job: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
     return folders | {key: place for key, place in places.items() if key not in shared}
 
 
+def refused_in_one_line(check: Callable[[], Any]) -> None:
+    """``check()``, its refusal said in one line and exit 2 (``refuse``)."""
+    try:
+        check()
+    except UserError as err:
+        refuse(message(err), err.exit_code)
+
+
 def job_folder_of(loaded: DictConfig, sweep_dir: Path, number: int) -> Path:
     """Where Hydra will make the job's folder: its ``hydra.sweep.subdir`` resolved as Hydra
     resolves it once the job has its number, inside the sweep's folder or refused (the sweep's
@@ -343,11 +351,13 @@ class Preflight(Callback):
                 if is_rank_zero():
                     check_run_objects(cfg, admission.run)  # what torch refuses when built
             # A stop signal once the folder exists is the run's ending, recorded there: held
-            # until the run is remembered, whose handler records it.
+            # until the run is remembered, whose handler records it. Refused there, the line
+            # is said first; a signal held meanwhile then ends the process.
             with signals_held():
                 if is_rank_zero():
                     # Held until this process ends; no run wrote there since admission read them.
-                    acquire_all(admission.folders, functools.partial(check_unchanged, admission))
+                    taken = functools.partial(check_unchanged, admission)
+                    refused_in_one_line(lambda: acquire_all(admission.folders, taken))
                 remember(folder, admission)
         except UserError as err:
             refuse(message(err), err.exit_code)
