@@ -75,6 +75,7 @@ def test_a_killed_acceptance_keeps_the_steps_it_finished(tmp_path):
     assert "| speedrun_gpu | UNFINISHED: not every seed ran" in report
 
 
+@pytest.mark.slow  # a step that runs to its cap, 5 s: the default suite's 5 minutes
 def test_a_step_past_its_cap_is_cut_and_the_rest_still_run(tmp_path):
     """A cap of a second: each seed is stopped (SIGTERM to its process group), reported as
     cut at its cap, and the acceptance goes on to the next and fails at the end."""

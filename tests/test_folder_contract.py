@@ -502,6 +502,7 @@ def test_sigterm_after_ctrl_c_was_recorded_does_not_change_the_exit_status(tmp_p
     assert stderr.strip().splitlines()[-1].startswith("error: interrupted by SIGINT")
 
 
+@pytest.mark.slow  # a whole run signalled twice, 5 s: the default suite's 5 minutes
 @pytest.mark.subprocess
 def test_sigterm_while_lightning_answers_ctrl_c_leaves_the_run_stopped_by_sigint(tmp_path):
     """SIGTERM while Lightning handles Ctrl-C (its callbacks' ``on_exception``): the run was

@@ -142,6 +142,7 @@ def test_scatter_allreduce_reuses_its_buffers_and_keeps_replicas_in_step(tmp_pat
     assert all(s["replicas_equal_root"] for s in steps)
 
 
+@pytest.mark.slow  # four trainings, 5 s: the default suite's 5 minutes
 def test_checkpoints_resume_across_strategies(tmp_path):
     two_epochs = "trainer.max_epochs=2"
     expected, _ = run(tmp_path, "straight", two_epochs)

@@ -187,7 +187,7 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
         assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
 
 
-@examples(30)  # each case composes: MULTIGPU_EXPLORE draws more
+@examples(18)  # each case composes: MULTIGPU_EXPLORE draws more
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
     check_contract(*case)
