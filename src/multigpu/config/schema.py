@@ -530,8 +530,8 @@ def kind(annotation: Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return kind(typing.get_args(annotation)[0])
-    if origin is typing.Literal:
-        return " or ".join(typing.get_args(annotation))
+    if origin is typing.Literal:  # names, or a value allowed alone (false)
+        return " or ".join(as_override(a) for a in typing.get_args(annotation))
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     if origin is list:
         return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"

@@ -157,6 +157,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.barebones=true"],
         "trainer.barebones=true must be false: barebones mode turns off self.log",
     ),
+    "barebones_null": (["++trainer.barebones=null"], "trainer.barebones=null must be false"),
     "trainer_strategy_set_by_the_run": (
         ["+trainer.strategy=ddp"],
         "trainer.strategy is set by the run from the strategy group (strategy=ddp, dp, "
