@@ -26,6 +26,7 @@ from omegaconf import Container, DictConfig, OmegaConf, open_dict, read_write
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.callbacks.interrupts import signals_held
+from multigpu.config.computation import flatten
 from multigpu.config.errors import (
     RunStopped,
     UserError,
@@ -91,9 +92,9 @@ def check_hydra_keys(job: DictConfig) -> None:
     """Every ``${hydra:key}`` in the job's values names a key Hydra's config has: Hydra's
     resolver gives null for any other, and a misspelt one (``${hydra:job.nmu}``) had trained
     with a null setting."""
-    known = flat(OmegaConf.to_container(job.hydra, resolve=False))  # a ??? value is a key
+    known = flatten(OmegaConf.to_container(job.hydra, resolve=False))  # a ??? value is a key
     nodes = {k.rsplit(".", n)[0] for k in known for n in range(1, k.count(".") + 1)}
-    for key, value in flat(OmegaConf.to_container(job, resolve=False)).items():
+    for key, value in flatten(OmegaConf.to_container(job, resolve=False)).items():
         if key.startswith(("hydra.overrides.", "hydra.job.override_dirname")):
             continue  # the command's own text, said again: the value it sets names the key
         for named in HYDRA_KEY.findall(str(value)):
@@ -103,16 +104,6 @@ def check_hydra_keys(job: DictConfig) -> None:
                     f"{key}={value} names hydra.{named}, which Hydra's config does not have"
                     + (meant or ": name a key it has, e.g. ${hydra:job.num}")
                 )
-
-
-def flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested mapping as dotted keys and their values."""
-    if not isinstance(tree, Mapping):
-        return {prefix: tree}
-    found: dict[str, Any] = {}
-    for name, value in tree.items():
-        found |= flat(value, f"{prefix}.{name}" if prefix else str(name))
-    return found
 
 
 @contextlib.contextmanager
