@@ -293,6 +293,7 @@ def test_the_folder_a_run_locks_is_the_folder_it_writes_however_spelt(tmp_path_f
 
 # 3. Every folder a run writes has one owner ----------------------------------------------------
 @pytest.mark.subprocess
+@pytest.mark.slow  # five runs, 10 s: the generated in-process test below is its twin
 def test_a_checkpoint_folder_in_another_runs_folder_is_refused_and_nothing_is_written(tmp_path):
     """``callbacks.checkpoint.dirpath`` at another (finished) run's folder, or its
     ``checkpoints``, or below: two owners of one folder, the other run's files overwritten.

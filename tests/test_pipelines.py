@@ -71,8 +71,8 @@ def test_training_through_either_pipeline_ends_with_the_same_weights(tmp_path, d
     common = [
         *TINY,
         f"data.root={data_root}",
-        "data.train_subset=512",
-        "data.test_subset=128",
+        "data.train_subset=256",
+        "data.test_subset=64",
         "data.batch_size=64",
         "trainer.max_epochs=2",
         "callbacks.test_figures=null",

@@ -112,6 +112,7 @@ def test_link_fit_recovers_latency_and_bandwidth():
     assert fit_link("noisy", noisy, 1.5, 6).beta == pytest.approx(beta, rel=0.05)
 
 
+@pytest.mark.slow  # a cold process with matplotlib, 6 s: the arithmetic is tested above
 @pytest.mark.subprocess
 def test_gpu_prediction_prints_its_assumptions_and_plots(tmp_path):
     result = run_module("multigpu.tools.predict", "--plot", str(tmp_path / "p.png"), cwd=tmp_path)
