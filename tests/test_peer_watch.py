@@ -111,3 +111,18 @@ def test_the_watch_stands_down_for_the_runs_own_kill_not_for_a_stop_passed_on():
     assert not launcher.watch.stopped.is_set()
     launcher.kill(signal.SIGKILL)
     assert launcher.watch.stopped.is_set()
+
+
+def test_the_watch_stands_down_once_training_has_ended():
+    """After the fit's last collective, a process of the run that is stopped ends only itself:
+    rank 0 goes on to draw the test figures and record the run completed, rather than being
+    ended ``interrupted`` after the grace (a watch stood down kills nothing: above)."""
+    from multigpu.strategies.ddp import BoundedDDPStrategy, WatchedScriptLauncher
+
+    launcher = WatchedScriptLauncher.__new__(WatchedScriptLauncher)  # no cluster to start
+    launcher.procs, launcher.watch = [], PeerWatch([], first_rank=1, grace_s=60)
+    strategy = BoundedDDPStrategy()
+    strategy._launcher = launcher
+    assert not launcher.watch.stopped.is_set()
+    strategy.on_train_end()
+    assert launcher.watch.stopped.is_set()

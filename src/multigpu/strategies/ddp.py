@@ -121,6 +121,16 @@ class BoundedDDPStrategy(DDPStrategy):
         super().setup_distributed()
 
     @override
+    def on_train_end(self) -> None:
+        """The fit's last collective is behind rank 0: the watch stands down, so a process of
+        the run stopped from now on (while rank 0 draws the test figures and writes the
+        record) ends only itself, and the run that trained every epoch is completed."""
+        super().on_train_end()
+        watch = getattr(self.launcher, "watch", None)
+        if watch is not None:
+            watch.stopped.set()
+
+    @override
     def on_exception(self, exception: BaseException) -> None:
         """On rank 0 that started the others: note which one failed first, when this error is
         what a collective raises after a peer has gone; then kill them all."""
