@@ -141,6 +141,22 @@ def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_
     assert resumed["epoch_s"] == pytest.approx(whole[1])  # the whole epochs but the first
 
 
+def test_max_steps_before_the_minimum_epochs_still_evaluates_the_last_epoch(tmp_path):
+    """Lightning ends the fit at ``max_steps`` before ``min_epochs``, but
+    evaluated the stopped epoch only once they were met: the run ended with a null
+    ``test_acc``, which an Optuna study records as a failed trial."""
+    from conftest import compose_config
+    from test_integrity import SYNTHETIC
+
+    from multigpu.run.training import train
+
+    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+trainer.max_steps=6"]
+    record = train(compose_config([*overrides, "+trainer.min_epochs=3"], tmp_path / "run"))
+    assert record["status"] == "completed"
+    assert [h["partial_batches"] for h in record["history"]] == [None, 2]
+    assert record["test_acc"] is not None and record["history"][-1]["test_acc"] is not None
+
+
 def test_records_of_earlier_schemas_count_epochs_from_one():
     new = summarize(history([(9.0, 1000), (2.0, 1000), (3.0, 1000)]), {"devices": 1})
     old = {

@@ -76,9 +76,13 @@ class EpochHistory(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         """At ``max_steps`` the run stops as for ``max_time``: through ``should_stop``, which
         has Lightning evaluate the epoch it stops (and ``LastCheckpoint`` save it); reaching
-        ``max_steps`` alone ended the epoch untested, with the last epoch's figures."""
+        ``max_steps`` alone ended the epoch untested, with the last epoch's figures. Lightning
+        ends the fit at ``max_steps`` even before ``min_epochs``, but evaluates a stopped epoch
+        only once that is met: at ``max_steps`` it is set aside, as the fit ends anyway (a
+        ``min_steps`` past ``max_steps`` is refused with the settings)."""
         self._batches += 1
         if 0 <= trainer.max_steps <= trainer.global_step:
+            trainer.fit_loop.min_epochs = None
             trainer.should_stop = True
 
     @override
