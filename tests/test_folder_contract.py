@@ -372,6 +372,7 @@ PLACES = {
     "hydra.output_subdir": "",
     "hydra.job_logging.handlers.file.filename": "train.log",
     "logger.save_dir": "",
+    "trainer.default_root_dir": "",
     "data.root": "",
 }
 
@@ -385,10 +386,10 @@ PLACES = {
 )
 def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, mark, depth, chdir):
     """Hydra's config copy (``hydra.output_subdir=../A/.hydra`` replaced A's), its log file,
-    the logger's files and the data set's had been written wherever they were named, inside
-    another run's or sweep's folder or checkpoint folder too. Now such a place is refused in
-    one line naming it and its setting, and nothing is written; anywhere else, the run is
-    admitted. A relative path is read from where the job writes: the run folder for
+    the logger's files, Lightning's and the data set's had been written wherever they were
+    named, inside another run's or sweep's folder or checkpoint folder too. Now such a place is
+    refused in one line naming it and its setting, and nothing is written; anywhere else, the
+    run is admitted. A relative path is read from where the job writes: the run folder for
     ``hydra.output_subdir`` and under ``hydra.job.chdir=true``, else the working folder."""
     from multigpu.run.admission import written_places
 

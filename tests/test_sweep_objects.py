@@ -153,8 +153,12 @@ def test_a_full_size_network_is_checked_without_being_made(tmp_path, monkeypatch
         ),
         (["hydra.output_subdir=../shared"], "jobs 0 and 1 would share the folder {sweep}/shared"),
         (["logger.save_dir=${hydra:sweep.dir}/tb"], "would share the folder {sweep}/tb"),
+        (["trainer.default_root_dir=${hydra:sweep.dir}/pl"], "would share the folder {sweep}/pl"),
     ],
-    ids=["one_subdir", "subdir_outside", "into_a_sibling", "one_config_copy", "one_logger"],
+    ids=[
+        *("one_subdir", "subdir_outside", "into_a_sibling", "one_config_copy", "one_logger"),
+        "one_lightning_folder",
+    ],
 )
 def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said, tmp_path, capsys):
     """The jobs' folders as Hydra will make them (``hydra.sweep.subdir`` resolved per job) and

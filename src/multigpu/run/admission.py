@@ -73,6 +73,9 @@ SCAN_DEPTH = 4  # levels looked into: a runs_dir's runs are 2 down (<date>/<time
 SCAN_LIMIT = 1000  # folders looked into at most
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
+# Places outside its folders that runs may share (``written_places``): the data set every run
+# reads. The others are each run's own (a sweep's jobs may not share them).
+SHARED_PLACES = ("data.root",)
 CHECKPOINT_FOLDER = "callbacks.checkpoint.dirpath"
 
 
@@ -506,10 +509,11 @@ def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
 def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
     """The folders outside its own (``folders``) that a run writes in, by the setting that
     names them: Hydra's copy of the config (``hydra.output_subdir``, from the run folder) and
-    its log file, the logger's files, the data set's. Shared places (one ``data.root`` for
-    every run) are not owned, only kept out of other runs' folders (``check_places_apart``). A
-    relative path is the job's: from the run folder under ``hydra.job.chdir``, which Hydra
-    changes into."""
+    its log file, the logger's files, Lightning's own (``trainer.default_root_dir``: a Slurm
+    requeue's ``hpc_ckpt_<n>.ckpt``, a profiler's), the data set's. Places every run may share
+    (``SHARED_PLACES``) are not owned, only kept out of other runs' folders
+    (``check_places_apart``). A relative path is the job's: from the run folder under
+    ``hydra.job.chdir``, which Hydra changes into."""
     hydra, run_folder = hydra_of(cfg), folders[RUN_FOLDER]
     subdir = hydra.get("output_subdir") if hydra is not None else None
     try:
@@ -522,6 +526,7 @@ def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]
         "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
         "hydra.job_logging.handlers.file.filename": None if log is None else Path(str(log)).parent,
         "logger.save_dir": logger_folder(cfg),
+        "trainer.default_root_dir": OmegaConf.select(cfg, "trainer.default_root_dir", default=None),
         "data.root": OmegaConf.select(cfg, "data.root", default=None),
     }
     places = {

@@ -45,6 +45,7 @@ from multigpu.config.job_names import (
 from multigpu.config.settings import Machine, Run, plain
 from multigpu.run.admission import (
     RUN_FOLDER,
+    SHARED_PLACES,
     admit,
     check_hydra_folder,
     check_unchanged,
@@ -224,11 +225,11 @@ def check_sweep(config: DictConfig) -> None:
 
 
 def own_places(job: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
-    """The job's folders and the places outside them that only its files go to (Hydra's config
-    copy and log file, the logger's files): not ``data.root``, which every job reads, nor a
-    logger's ``save_dir/name`` without a version (each job's logger picks a new one there)."""
+    """The job's folders and the places outside them that only its files go to: every
+    ``written_places`` but the ``SHARED_PLACES``, and a logger's ``save_dir/name`` without a
+    version (each job's logger picks a new one there)."""
     places = written_places(job, folders)
-    shared = {"data.root"}
+    shared = set(SHARED_PLACES)
     if (job.get("logger") or {}).get("version", "") is None:
         shared.add("logger.save_dir")
     return folders | {key: place for key, place in places.items() if key not in shared}
