@@ -1,6 +1,6 @@
 """What torch and Lightning refuse only when a run builds its parts (a compile backend, a
 callback's argument): refused before anything is written, for a single run and for every job
-of a sweep, each distinct part built once (``multigpu.run.preflight``)."""
+of a sweep, each distinct part built once (``multigpu.run.parts_check``)."""
 
 from __future__ import annotations
 
@@ -102,17 +102,17 @@ def test_a_run_its_builders_refuse_writes_nothing(tmp_path, capsys):
 def test_each_distinct_part_of_a_sweep_is_built_once(tmp_path, monkeypatch):
     """Three jobs that differ in the epochs alone build their model once and their Trainer
     three times (its arguments differ), and pass."""
-    from multigpu.run import fit, preflight
+    from multigpu.run import fit, parts_check
     from multigpu.run.preflight import check_sweep
 
-    monkeypatch.setattr(preflight, "_checked", {})
+    monkeypatch.setattr(parts_check, "_checked", {})
     built = []
     build_module = fit.build_module
     monkeypatch.setattr(fit, "build_module", lambda *a: built.append(a) or build_module(*a))
     with composed(["trainer.max_epochs=1,2,3"], tmp_path / "sweep") as config:
         check_sweep(config)
     assert len(built) == 1
-    trainers = [key for key in preflight._checked if key.startswith('["trainer"')]
+    trainers = [key for key in parts_check._checked if key.startswith('["trainer"')]
     assert len(trainers) == 3
     assert not (tmp_path / "sweep").exists()
 
@@ -121,10 +121,10 @@ def test_a_full_size_network_is_checked_without_being_made(tmp_path, monkeypatch
     """The module is built on torch's meta device: no memory, no initialisation."""
     import torch
 
-    from multigpu.run import fit, preflight
+    from multigpu.run import fit, parts_check
     from multigpu.run.preflight import check_sweep
 
-    monkeypatch.setattr(preflight, "_checked", {})
+    monkeypatch.setattr(parts_check, "_checked", {})
     devices = []
     build_module = fit.build_module
 

@@ -11,7 +11,7 @@ is one line.
 
 Torch and Lightning refuse more only when the run builds its other parts or takes its first
 step (``model.compile={backend: nonsense}``, a callback's argument):
-``multigpu.run.preflight.check_run_objects`` builds each of them first, as ``fit`` does,
+``multigpu.run.parts_check.check_run_objects`` builds each of them first, as ``fit`` does,
 without reading or writing a file; a sweep does so for every job before its first starts,
 after admitting them all as far as the checks before torch go (``torch_checks_later``).
 """
