@@ -28,9 +28,12 @@ def located(path: str):
     raise ImportError(path)
 
 
-@pytest.mark.parametrize("path", sorted({**lightning_compat.RESTATED, **lightning_compat.PRIVATE}))
+PIECES = {**lightning_compat.RESTATED, **lightning_compat.PRIVATE, **lightning_compat.RELIED_ON}
+
+
+@pytest.mark.parametrize("path", sorted(PIECES))
 def test_every_piece_is_the_source_it_was_checked_against(path):
-    pieces = {**lightning_compat.RESTATED, **lightning_compat.PRIVATE}
+    pieces = PIECES
     source = inspect.getsource(located(path))
     assert hashlib.sha256(source.encode()).hexdigest() == pieces[path], (
         f"Lightning's {path} changed: read it against multigpu/callbacks/lightning_compat.py, then "

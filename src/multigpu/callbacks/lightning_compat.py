@@ -1,9 +1,10 @@
-"""Every piece of Lightning this package restates, and every private name of Lightning it uses,
-in one place: after an upgrade of Lightning this is the one file to read again.
+"""Every piece of Lightning this package restates, every private name of Lightning it uses, and
+the order of hooks it relies on, in one place: after an upgrade of Lightning this is the one
+file to read again.
 
-``RESTATED`` and ``PRIVATE`` give, for each original, the SHA-256 of its source as installed when
-this file was last checked against it; ``tests/test_lightning_compat.py`` fails as soon as the
-installed Lightning's source of any of them differs, naming it.
+``RESTATED``, ``PRIVATE`` and ``RELIED_ON`` give, for each original, the SHA-256 of its source as
+installed when this file was last checked against it; ``tests/test_lightning_compat.py`` fails
+as soon as the installed Lightning's source of any of them differs, naming it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,20 @@ PRIVATE = {
     ),
     "pytorch_lightning.trainer.connectors.signal_connector._get_sigkill_signal": (
         "c74a43b1f37341350458f084e9b8947365a47048e0a46a78c4e68aab496d7885"
+    ),
+}
+
+
+# Lightning's order of hooks the package relies on, by the sources that make it: the strategy's
+# ``on_train_end`` comes once the fit loop is done, after the callbacks' (their last checkpoint
+# saved) and before ``on_fit_end`` and teardown, which hold no collective
+# (``multigpu.strategies.ddp.BoundedDDPStrategy.on_train_end`` stands its watch down there).
+RELIED_ON = {
+    "pytorch_lightning.loops.fit_loop._FitLoop.on_run_end": (
+        "0c258126414d3c157ade735d00f6f09c30d369c79f6d0af1503dbc7e34d8191c"
+    ),
+    "pytorch_lightning.trainer.trainer.Trainer._run": (
+        "6b7fa38f7340f413483b36b26c97aca83b5c6ca052bfc5eb7ed5475fc84956eb"
     ),
 }
 
