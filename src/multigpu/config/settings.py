@@ -219,6 +219,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_data(data, model["net"], choices)
     check_whole_batches(data, batch_size, choices)
     check_val_interval(trainer, data, batch_size // processes, processes)
+    check_evaluation_shares(data, processes, choices)
     lr = scaled_lr(model, batch_size)
     check_optimizer(model["optimizer"])
     check_schedule(model, trainer, lr)
@@ -870,6 +871,27 @@ def check_val_interval(
             f"trainer.val_check_interval={interval} is more than the {batches} training batches "
             f"of an epoch: use at most {batches}, a fraction of the epoch (e.g. 0.5), or drop it"
         )
+
+
+def check_evaluation_shares(data: Mapping[str, Any], processes: int, choices: Mapping) -> None:
+    """Under DDP each process evaluates its own share of the test set and of the validation
+    split, each sample once (``multigpu.data.base.EpochSampler``): a process with no sample
+    would skip the evaluation that the others sum their metrics over, and they would wait."""
+    sizes = data_sizes(data)
+    if processes == 1 or sizes is None:
+        return
+    subset, val_size = data.get("test_subset"), data.get("val_size") or 0
+    test = min(subset, sizes[1]) if subset is not None else sizes[1]
+    for images, key, fix in (
+        (test, "the test set", "data.test_subset" if subset is not None else "data.num_test"),
+        (val_size, "the validation split", "data.val_size"),
+    ):
+        if 0 < images < processes:
+            raise UserError(
+                f"{key} has {images} image(s) for {processes} processes, which evaluate a share "
+                f"each: data={choices.get('data', '?')} needs {fix}>={processes}, or fewer "
+                "processes"
+            )
 
 
 def data_sizes(data: Mapping[str, Any]) -> tuple[int, int, int] | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 from pytorch_lightning import LightningDataModule
@@ -22,9 +23,21 @@ class EpochSampler(DistributedSampler):
 
     Lightning calls ``set_epoch`` only after a resumed run has already opened its first
     iterator, so a run resumed at epoch k would replay epoch 0's order without this.
+
+    ``every_sample_once`` (evaluation): the processes' shards hold each sample once, some one
+    sample more than others, where ``DistributedSampler`` repeats samples to even them out:
+    a test set of 33 on 2 processes was scored over 34, one image counted twice. Uneven
+    shards cost no collective: DDP's forward under ``no_grad`` sends nothing, and the metrics
+    are summed over the processes at the epoch's end.
     """
 
     trainer = None
+
+    def __init__(self, *args: Any, every_sample_once: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if every_sample_once:  # no padding: this rank's share of range(len(dataset))
+            self.total_size = len(self.dataset)
+            self.num_samples = len(range(self.rank, self.total_size, self.num_replicas))
 
     @override
     def __iter__(self):
@@ -126,18 +139,24 @@ class ImageDataModule(LightningDataModule):
         self.train_set = train
         self.test_set = seeded_subset(test, self.test_subset, self.seed)
 
-    def _loader(self, dataset: Dataset, shuffle: bool, drop_last: bool = False) -> DataLoader:
+    def _loader(
+        self, dataset: Dataset, shuffle: bool, drop_last: bool = False, train: bool = False
+    ) -> DataLoader:
         """Every loader reads through a ``DistributedSampler`` made here, one process or many.
 
         Its order is a function of ``data.seed`` and the epoch, so ``data.shuffle`` and
         ``data.seed`` mean the same under every strategy, and a run resumed at epoch k sees the
         batches an uninterrupted run sees. Under DDP each process reads its own shard
-        (Lightning's injected sampler would always shuffle the training set).
+        (Lightning's injected sampler would always shuffle the training set): in training
+        evened out by repeating samples, as every process takes the same steps; in evaluation
+        each sample once.
         """
         trainer = self.trainer
         processes = trainer.world_size if trainer is not None else 1
         rank = trainer.global_rank if trainer is not None else 0
-        sampler = EpochSampler(dataset, processes, rank, shuffle=shuffle, seed=self.seed)
+        sampler = EpochSampler(
+            dataset, processes, rank, shuffle=shuffle, seed=self.seed, every_sample_once=not train
+        )
         sampler.trainer = trainer
         if self.pipeline == "memory":
             held = self.in_memory(dataset)
@@ -185,7 +204,9 @@ class ImageDataModule(LightningDataModule):
 
     @override
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=self.shuffle, drop_last=self.drop_last)
+        return self._loader(
+            self.train_set, shuffle=self.shuffle, drop_last=self.drop_last, train=True
+        )
 
     @override
     def val_dataloader(self) -> list[DataLoader]:

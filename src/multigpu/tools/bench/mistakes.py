@@ -333,6 +333,15 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "data.val_size=500 leaves no training images: data=fashion_mnist has 60000, 500 after "
         "data.train_subset=500; use at most 499",
     ),
+    "test_set_smaller_than_the_processes": (
+        ["strategy=ddp", "trainer.devices=2", "data.test_subset=1"],
+        "the test set has 1 image(s) for 2 processes, which evaluate a share each: "
+        "data=fashion_mnist needs data.test_subset>=2, or fewer processes",
+    ),
+    "val_split_smaller_than_the_processes": (
+        ["strategy=ddp", "trainer.devices=2", "data.val_size=1"],
+        "the validation split has 1 image(s) for 2 processes",
+    ),
     "train_subset_too_large": (
         ["data.train_subset=60001"],
         "data.train_subset=60001 is more than the 60000 training images of data=fashion_mnist",
