@@ -70,6 +70,14 @@ def _not_zero(value: int) -> int:
     return value
 
 
+def _none_or_all(value: float) -> float:
+    """The test set is evaluated whole or not at all: part of it would be recorded as the
+    run's test accuracy (``data.test_subset`` tests on fewer images, as eval.py can repeat)."""
+    if value not in (0, 1):
+        raise ValueError("part of the test set")
+    return value
+
+
 Batches = Annotated[float, AfterValidator(_whole_above_one)]
 NoLimit = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]  # -1: no limit
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
@@ -228,8 +236,10 @@ class Trainer(Node):
         0.5,
         gt=0,
     )
-    limit_val_batches: Batches = setting(  # 0: no test set at all (the benchmark's steps)
-        1.0, f"0 (no evaluation: no test accuracy) or more ({FRACTION_OR_COUNT})", 0.5, ge=0
+    limit_val_batches: Annotated[float, AfterValidator(_none_or_all)] = setting(
+        1.0,  # 0: no test set at all (the benchmark's steps)
+        "0 (no evaluation: no test accuracy) or 1.0 (the whole test set; to test on fewer "
+        "images, data.test_subset=<images>)",
     )
     limit_test_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
     limit_predict_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)

@@ -147,7 +147,12 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "limit_val_batches_negative": (
         ["+trainer.limit_val_batches=-1"],
-        "trainer.limit_val_batches=-1 must be 0 (no evaluation: no test accuracy) or more",
+        "trainer.limit_val_batches=-1 must be 0 (no evaluation: no test accuracy) or 1.0",
+    ),
+    "limit_val_batches_part_of_the_test_set": (
+        ["+trainer.limit_val_batches=0.5"],
+        "trainer.limit_val_batches=0.5 must be 0 (no evaluation: no test accuracy) or 1.0 (the "
+        "whole test set; to test on fewer images, data.test_subset=<images>)",
     ),
     "max_time_zero": (
         ["+trainer.max_time=00:00:00:00"],
