@@ -141,20 +141,33 @@ def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_
     assert resumed["epoch_s"] == pytest.approx(whole[1])  # the whole epochs but the first
 
 
-def test_max_steps_before_the_minimum_epochs_still_evaluates_the_last_epoch(tmp_path):
-    """Lightning ends the fit at ``max_steps`` before ``min_epochs``, but
-    evaluated the stopped epoch only once they were met: the run ended with a null
-    ``test_acc``, which an Optuna study records as a failed trial."""
+@pytest.mark.parametrize(
+    "given,evaluated",
+    [
+        (["+trainer.max_steps=6", "+trainer.min_epochs=3"], [True, True]),
+        (
+            ["+trainer.max_steps=10", "trainer.max_epochs=4", "+trainer.check_val_every_n_epoch=2"],
+            [False, True, True],
+        ),
+    ],
+    ids=["min_epochs", "every_2_epochs"],
+)
+def test_the_epoch_max_steps_stops_is_evaluated_whatever_else_is_set(tmp_path, given, evaluated):
+    """Lightning ends the fit at ``max_steps`` before ``min_epochs``, but evaluated the stopped
+    epoch only once ``min_epochs`` was met, and only in the epochs ``check_val_every_n_epoch``
+    names: the run ended with a null ``test_acc``, which an Optuna study records as a failed
+    trial."""
     from conftest import compose_config
     from test_integrity import SYNTHETIC
 
     from multigpu.run.training import train
 
-    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+trainer.max_steps=6"]
-    record = train(compose_config([*overrides, "+trainer.min_epochs=3"], tmp_path / "run"))
+    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3"]
+    record = train(compose_config([*overrides, *given], tmp_path / "run"))  # 4 batches an epoch
     assert record["status"] == "completed"
-    assert [h["partial_batches"] for h in record["history"]] == [None, 2]
-    assert record["test_acc"] is not None and record["history"][-1]["test_acc"] is not None
+    assert [h["partial_batches"] for h in record["history"]] == [None] * (len(evaluated) - 1) + [2]
+    assert [h["test_acc"] is not None for h in record["history"]] == evaluated
+    assert record["test_acc"] == record["history"][-1]["test_acc"]
 
 
 def test_records_of_earlier_schemas_count_epochs_from_one():

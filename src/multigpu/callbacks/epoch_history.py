@@ -78,11 +78,14 @@ class EpochHistory(Callback):
         has Lightning evaluate the epoch it stops (and ``LastCheckpoint`` save it); reaching
         ``max_steps`` alone ended the epoch untested, with the last epoch's figures. Lightning
         ends the fit at ``max_steps`` even before ``min_epochs``, but evaluates a stopped epoch
-        only once that is met: at ``max_steps`` it is set aside, as the fit ends anyway (a
-        ``min_steps`` past ``max_steps`` is refused with the settings)."""
+        only once that is met, and only in the epochs ``check_val_every_n_epoch`` names: at
+        ``max_steps`` both are set aside, as the fit ends anyway (a ``min_steps`` past
+        ``max_steps`` is refused with the settings)."""
         self._batches += 1
         if 0 <= trainer.max_steps <= trainer.global_step:
             trainer.fit_loop.min_epochs = None
+            if trainer.check_val_every_n_epoch is not None:
+                trainer.check_val_every_n_epoch = 1
             trainer.should_stop = True
 
     @override
