@@ -141,6 +141,25 @@ def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_
     assert resumed["epoch_s"] == pytest.approx(whole[1])  # the whole epochs but the first
 
 
+def test_a_run_without_a_limit_of_epochs_that_max_steps_ended_is_finished(tmp_path):
+    """``trainer.max_epochs=-1 +trainer.max_steps=6``, its command again: refused as "trained
+    further in place", with a fix that trained nothing; a sweep run again refused each job."""
+    from conftest import compose_config
+    from test_integrity import SYNTHETIC
+
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+    from multigpu.run.training import train
+
+    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=-1", "+trainer.max_steps=6"]
+    cfg = compose_config(overrides, tmp_path / "run")
+    record = train(cfg)
+    assert record["status"] == "completed" and record["epochs"] == 2
+    again = admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path / "run")
+    assert again.finished is not None and again.finished["run_id"] == record["run_id"]
+
+
 @pytest.mark.parametrize(
     "given,evaluated",
     [

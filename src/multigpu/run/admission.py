@@ -705,10 +705,10 @@ def check_nothing_else(output_dir: Path) -> None:
 
 def stopped_by_a_limit(record: dict[str, Any]) -> bool:
     """Whether a completed run ended before the ``max_epochs`` it ran with (``max_steps`` or
-    ``max_time`` stopped it)."""
+    ``max_time`` stopped it): one with no limit of epochs (-1) always did."""
     ran_with, epochs = (record.get("run") or {}).get("max_epochs"), record.get("epochs")
-    counted = isinstance(ran_with, int) and ran_with != -1 and isinstance(epochs, int)
-    return counted and epochs < ran_with
+    counted = isinstance(ran_with, int) and isinstance(epochs, int)
+    return counted and (ran_with == -1 or epochs < ran_with)
 
 
 def wants_more(epochs: Any, max_epochs: int | None) -> bool:
