@@ -419,6 +419,68 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
     assert snapshot(base) == before
 
 
+# A place as its writer reads it, and one its writer cannot use: {case: (overrides with {other}
+# (another run's folder), {run} and {afile} (a file), what the one line says)}.
+PLACE_CASES = {
+    "logger_variable": (["logger.save_dir=$OTHER"], "(logger.save_dir) is another run's folder"),
+    "logger_sub_dir": (["+logger.sub_dir=../other"], "(logger.save_dir) is another run's folder"),
+    "log_linked": (
+        ["hydra.job_logging.handlers.file.filename=linked.log"],
+        "(hydra.job_logging.handlers.file.filename) is another run's folder",
+    ),
+    "log_tilde": (
+        ["hydra.job_logging.handlers.file.filename='~/x.log'"],
+        "~/x.log (hydra.job_logging.handlers.file.filename) is in {cwd}/~, which is not a folder",
+    ),
+    "log_in_no_folder": (
+        ["hydra.job_logging.handlers.file.filename=nodir/x.log"],
+        "which is not a folder: Hydra's log file does not make one",
+    ),
+    "log_under_a_file": (
+        ["hydra.job_logging.handlers.file.filename={afile}/x.log"],
+        "is a file, not a folder (write elsewhere): pass a writable hydra.job_logging",
+    ),
+    "log_a_folder": (
+        ["hydra.job_logging.handlers.file.filename={cwd}"],
+        "(hydra.job_logging.handlers.file.filename) is a folder, not a file",
+    ),
+    "log_the_record": (
+        ["hydra.job_logging.handlers.file.filename={run}/metrics.json"],
+        "is a file the run writes itself",
+    ),
+    "log_a_checkpoint": (
+        ["hydra.job_logging.handlers.file.filename={run}/checkpoints/last.ckpt"],
+        "is a file the run writes itself",
+    ),
+    "logger_a_file": (["logger.save_dir={afile}"], "pass a writable logger.save_dir"),
+    "config_copy_a_file": (["hydra.output_subdir=../afile"], "pass a writable hydra.output_subdir"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PLACE_CASES))
+def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_path, monkeypatch):
+    """Lightning's logger expands ``$VARS`` and joins ``sub_dir``; Python's logging follows a
+    link, expands no ``~`` and makes no folder: each had written into another run's folder, or
+    failed with a traceback after the run's folder was made. One line now, nothing written."""
+    overrides, said = PLACE_CASES[case]
+    other, run, afile = tmp_path / "other", tmp_path / "run", tmp_path / "afile"
+    other.mkdir()
+    (other / "metrics.json").write_text("{}")
+    (other / "train.log").write_text("")
+    (tmp_path / "linked.log").symlink_to(other / "train.log")
+    afile.write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTHER", str(other))
+    given = [o.format(other=other, run=run, afile=afile, cwd=tmp_path) for o in overrides]
+    cfg = composed([*SYNTHETIC, *given], run)
+    before = snapshot(tmp_path)
+    with pytest.raises(UserError) as refused:
+        admitted(cfg, run)
+    line = str(refused.value)
+    assert said.format(cwd=tmp_path) in line and "\n" not in line, line
+    assert snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize(
     "name,version,inside",
     [("", "", ""), ("a", "", "a"), ("", "../b", "../b"), ("a", 3, "a/version_3"), ("a", None, "a")],
@@ -1302,10 +1364,13 @@ def test_jobs_of_a_sweep_writing_one_inside_the_other_are_refused(tmp_path):
         {RUN_FOLDER: tmp_path / "sw" / "b", CHECKPOINT_FOLDER: ck / "inner"},
         {RUN_FOLDER: tmp_path / "sw" / "c", CHECKPOINT_FOLDER: ck},
     ]
+    key, own = CHECKPOINT_FOLDER, "give each job its own"
     assert shared_folders(written) == [
-        f"jobs 0 and 1 would write in {ck / 'inner'}, inside {ck}",
-        f"jobs 0 and 2 would share the folder {ck}",
-        f"jobs 1 and 2 would write in {ck / 'inner'}, inside {ck}",
-    ]
+        ({0, 1}, f"jobs 0 and 1 would write in {ck / 'inner'} (job 1's {key}), inside {ck} "
+         f"(job 0's {key}); {own}"),
+        ({0, 2}, f"jobs 0 and 2 would share the folder {ck} ({key}); {own}"),
+        ({1, 2}, f"jobs 1 and 2 would write in {ck / 'inner'} (job 1's {key}), inside {ck} "
+         f"(job 2's {key}); {own}"),
+    ]  # fmt: skip
     apart = [{RUN_FOLDER: tmp_path / "sw" / name} for name in "abc"]
     assert shared_folders(apart) == []

@@ -593,8 +593,8 @@ def test_a_sweep_whose_jobs_share_a_checkpoint_folder_is_refused_whole(tmp_path)
     assert sweep.returncode == 2, sweep.stderr[-3000:]
     (line,) = sweep.stderr.strip().splitlines()
     assert line == (
-        f"error: 1 of 2 jobs cannot run, so none was started: jobs 0 and 1 would share the "
-        f"folder {checkpoints}"
+        f"error: 2 of 2 jobs cannot run, so none was started: jobs 0 and 1 would share the "
+        f"folder {checkpoints} (callbacks.checkpoint.dirpath); give each job its own"
     )
     assert not checkpoints.exists() and not (tmp_path / "outputs").exists()
 

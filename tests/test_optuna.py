@@ -771,5 +771,5 @@ def test_trials_sharing_one_checkpoint_folder_are_refused_before_the_first(tmp_p
                          cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 2
     (line,) = refused.stderr.strip().splitlines()
-    assert line.endswith(f"would share the folder {tmp_path / 'ck'}")
+    assert f"would share the folder {tmp_path / 'ck'} (callbacks.checkpoint.dirpath)" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -142,22 +142,39 @@ def test_a_full_size_network_is_checked_without_being_made(tmp_path, monkeypatch
 @pytest.mark.parametrize(
     "overrides,said",
     [
-        (["hydra.sweep.subdir=fixed"], "jobs 0 and 1 would share the folder {sweep}/fixed"),
+        (
+            ["hydra.sweep.subdir=fixed"],
+            "2 of 2 jobs cannot run, so none was started: jobs 0 and 1 would share the folder "
+            "{sweep}/fixed (hydra.sweep.subdir); give each job its own",
+        ),
         (
             ["hydra.sweep.subdir=../out_${hydra:job.num}"],
             "hydra.sweep.subdir=../out_0 puts the job's folder at {top}/out_0, not inside",
         ),
         (
             ["hydra.output_subdir=../lr_0.1/hy"],
-            "jobs 0 and 1 would write in {sweep}/lr_0.1/hy, inside {sweep}/lr_0.1",
+            "jobs 0 and 1 would write in {sweep}/lr_0.1/hy (job 1's hydra.output_subdir), inside "
+            "{sweep}/lr_0.1 (job 0's hydra.sweep.subdir); give each job its own",
         ),
-        (["hydra.output_subdir=../shared"], "jobs 0 and 1 would share the folder {sweep}/shared"),
+        (
+            ["hydra.output_subdir=../shared"],
+            "jobs 0 and 1 would share the folder {sweep}/shared (hydra.output_subdir)",
+        ),
         (["logger.save_dir=${hydra:sweep.dir}/tb"], "would share the folder {sweep}/tb"),
         (["trainer.default_root_dir=${hydra:sweep.dir}/pl"], "would share the folder {sweep}/pl"),
+        (
+            ["hydra.job_logging.handlers.file.filename=${hydra:sweep.dir}/../shared.log"],
+            "jobs 0 and 1 would share the file {top}/shared.log (hydra.job_logging.handlers.",
+        ),
+        (
+            ["trainer.default_root_dir={top}/other"],  # another run's: each job, and the pair
+            "error: 2 of 2 jobs cannot run, so none was started: jobs 0 and 1 would share the "
+            "folder {top}/other (trainer.default_root_dir); give each job its own | job 0 ",
+        ),
     ],
     ids=[
         *("one_subdir", "subdir_outside", "into_a_sibling", "one_config_copy", "one_logger"),
-        "one_lightning_folder",
+        *("one_lightning_folder", "one_log_file", "another_runs_folder"),
     ],
 )
 def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said, tmp_path, capsys):
@@ -167,10 +184,24 @@ def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said,
     copy replacing the first job's); a job folder outside the sweep's was never reported."""
     from multigpu.run.preflight import check_sweep
 
-    sweep = tmp_path / "sweep"
+    sweep, other = tmp_path / "sweep", tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.json").write_text("{}")
+    overrides = [o.replace("{top}", str(tmp_path)) for o in overrides]
     with composed([*overrides, "model.optimizer.lr=0.1,0.2"], sweep) as config:
         line = refusal(check_sweep, config, capsys)
     assert line.startswith("error: ") and said.format(sweep=sweep, top=tmp_path) in line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
+def test_jobs_each_with_a_log_file_of_its_own_in_one_folder_are_admitted(tmp_path):
+    """Hydra's log file is a file: jobs naming their own beside each other share no place (they
+    had been refused as writing in the folder that holds them)."""
+    from multigpu.run.preflight import check_sweep
+
+    named = f"hydra.job_logging.handlers.file.filename={tmp_path}/log_${{hydra:job.num}}.log"
+    with composed([named, "model.optimizer.lr=0.1,0.2"], tmp_path / "sweep") as config:
+        check_sweep(config)  # no SystemExit
     assert list(tmp_path.iterdir()) == []
 
 

@@ -73,6 +73,14 @@ SCAN_DEPTH = 4  # levels looked into: a runs_dir's runs are 2 down (<date>/<time
 SCAN_LIMIT = 1000  # folders looked into at most
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
+LOG_FILE = "hydra.job_logging.handlers.file.filename"  # a file: the other places are folders
+# How the program writing in a place reads the path it is given: Lightning's loggers expand
+# variables and ~, the Trainer and torchvision ~, Hydra and Python's logging neither.
+EXPANDS = {
+    "logger.save_dir": lambda path: os.path.expanduser(os.path.expandvars(path)),
+    "trainer.default_root_dir": os.path.expanduser,
+    "data.root": os.path.expanduser,
+}
 # Places outside its folders that runs may share (``written_places``): the data set every run
 # reads. The others are each run's own (a sweep's jobs may not share them).
 SHARED_PLACES = ("data.root",)
@@ -142,6 +150,7 @@ def admit(
     if rank_zero:
         check_checkpoint_folder(folders, own)
         check_writable_folders(folders)
+        check_places_usable(places_named(cfg, folders), folders)
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
         check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
@@ -507,13 +516,21 @@ def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
 
 
 def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
-    """The folders outside its own (``folders``) that a run writes in, by the setting that
-    names them: Hydra's copy of the config (``hydra.output_subdir``, from the run folder) and
-    its log file, the logger's files, Lightning's own (``trainer.default_root_dir``: a Slurm
-    requeue's ``hpc_ckpt_<n>.ckpt``, a profiler's), the data set's. Places every run may share
-    (``SHARED_PLACES``) are not owned, only kept out of other runs' folders
-    (``check_places_apart``). A relative path is the job's: from the run folder under
-    ``hydra.job.chdir``, which Hydra changes into."""
+    """The places outside its own folders (``folders``) that a run writes in (``places_named``).
+    Places every run may share (``SHARED_PLACES``) are not owned, only kept out of other runs'
+    folders (``check_places_apart``)."""
+    own = folders.values()
+    places = places_named(cfg, folders)
+    return {key: p for key, p in places.items() if not any(p == f or f in p.parents for f in own)}
+
+
+def places_named(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
+    """Every place a run writes in besides its folders, by the setting that names it: Hydra's
+    copy of the config (``hydra.output_subdir``, from the run folder) and its log file (the file
+    itself), the logger's folder, Lightning's own (``trainer.default_root_dir``: a Slurm
+    requeue's ``hpc_ckpt_<n>.ckpt``, a profiler's), the data set's. Each is read as the program
+    that writes there reads it (``EXPANDS``); a relative path is the job's: from the run folder
+    under ``hydra.job.chdir``, which Hydra changes into."""
     hydra, run_folder = hydra_of(cfg), folders[RUN_FOLDER]
     subdir = hydra.get("output_subdir") if hydra is not None else None
     try:
@@ -524,31 +541,29 @@ def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]
     base = run_folder if chdir else Path.cwd()
     given = {
         "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
-        "hydra.job_logging.handlers.file.filename": None if log is None else Path(str(log)).parent,
+        LOG_FILE: log,
         "logger.save_dir": logger_folder(cfg),
         "trainer.default_root_dir": OmegaConf.select(cfg, "trainer.default_root_dir", default=None),
         "data.root": OmegaConf.select(cfg, "data.root", default=None),
     }
-    places = {
-        key: canonical(base / os.path.expanduser(str(value)))  # an absolute value stays
+    return {
+        key: canonical(base / EXPANDS.get(key, str)(str(value)))  # an absolute value stays
         for key, value in given.items()
         if value is not None
     }
-    own = folders.values()
-    return {key: p for key, p in places.items() if not any(p == f or f in p.parents for f in own)}
 
 
 def logger_folder(cfg: DictConfig) -> Path | None:
-    """Where the logger writes: ``save_dir``/``name``/``version``, as Lightning's loggers join
-    them (an empty name or version adds nothing, a number is ``version_<n>``, none: a new
-    ``version_<n>`` it picks)."""
+    """Where the logger writes: ``save_dir``/``name``/``version``/``sub_dir``, as Lightning's
+    loggers join them (an empty name or version adds nothing, a number is ``version_<n>``,
+    none: a new ``version_<n>`` it picks)."""
     logger = cfg.get("logger") or {}
     if logger.get("save_dir") is None:
         return None
-    name, version = logger.get("name"), logger.get("version")
+    name, version, sub_dir = logger.get("name"), logger.get("version"), logger.get("sub_dir")
     if isinstance(version, int):
         version = f"version_{version}"
-    parts = [str(part) for part in (name, version) if part not in (None, "")]
+    parts = [str(part) for part in (name, version, sub_dir) if part not in (None, "")]
     return Path(str(logger.save_dir), *parts)
 
 
@@ -558,6 +573,7 @@ def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
     (``other_above``): Hydra's config copy would replace that run's, the logger's files or the
     data set's would join its files. Its own sweep's folder may hold them."""
     for key, place in places.items():
+        place = place.parent if key == LOG_FILE else place  # a file in another run's folder
         if place == sweep:
             continue
         found = other_run(place, locked=os.path.lexists(place / HYDRA))
@@ -587,6 +603,34 @@ def check_writable_folders(folders: dict[str, Path]) -> None:
             check_creatable(folder)
         except WriteFailed as err:
             raise UserError(f"{err}: pass a writable {key}") from None
+
+
+def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> None:
+    """Each place can be written before anything is: its folder made as its writer makes it,
+    Hydra's log file in a folder that exists (Python's logging makes none, Hydra only the run
+    folder), and not a file the run writes itself (its record, checkpoints, config copy)."""
+    for key, place in places.items():
+        try:
+            check_creatable(place.parent if key == LOG_FILE else place)
+        except WriteFailed as err:
+            raise UserError(f"{err}: pass a writable {key}") from None
+    log, run_folder = places.get(LOG_FILE), folders[RUN_FOLDER]
+    if log is None:
+        return
+    instead = f"name a file in the run folder, e.g. {run_folder / 'train.log'}"
+    if log.is_dir():
+        raise UserError(f"{log} ({LOG_FILE}) is a folder, not a file: {instead}")
+    own = {checkpoint_folder(folders), places.get("hydra.output_subdir")}
+    if log.parent in own or log in (run_folder / RECORD, run_folder / "phases.json"):
+        raise UserError(
+            f"{log} ({LOG_FILE}) is a file the run writes itself: the log would be written into "
+            f"it; {instead}"
+        )
+    if log.parent != run_folder and not log.parent.is_dir():
+        raise UserError(
+            f"{log} ({LOG_FILE}) is in {log.parent}, which is not a folder: Hydra's log file "
+            f"does not make one; make it first, or {instead}"
+        )
 
 
 def check_checkpoint_folder(folders: dict[str, Path], own: Folder) -> None:

@@ -41,6 +41,7 @@ from multigpu.config.job_names import (
 )
 from multigpu.config.settings import Machine
 from multigpu.run.admission import (
+    LOG_FILE,
     RUN_FOLDER,
     SHARED_PLACES,
     admit,
@@ -180,7 +181,8 @@ def check_sweep(config: DictConfig) -> None:
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
     sweep_dir = canonical(config.hydra.sweep.dir)
     written = [{RUN_FOLDER: sweep_dir / name} for name in names]
-    problems, starting = [], []
+    problems: list[Problem] = []
+    starting = []
     machine = Machine.this(multirun=True)
     with torch_checks_later():
         for number, (overrides, name) in enumerate(zip(jobs, names, strict=True)):
@@ -194,12 +196,13 @@ def check_sweep(config: DictConfig) -> None:
                     written[number] = own_places(job, written_folders(job, folder))
                     admission = admit(job, hydra_runtime(job)[0], machine, folder)
             except UserError as err:
-                problems.append(f"job {number} ({name}): {message(err)}")
+                problems.append((frozenset({number}), f"job {number} ({name}): {message(err)}"))
             except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
-                problems.append(f"job {number} ({name}): {' '.join(str(err).split())[:300]}")
+                said = " ".join(str(err).split())[:300]
+                problems.append((frozenset({number}), f"job {number} ({name}): {said}"))
             else:
                 if admission.finished is None:  # a finished job is skipped: nothing is built
-                    starting.append((f"job {number} ({name})", job, admission.run))
+                    starting.append((number, f"job {number} ({name})", job, admission.run))
     if is_optuna(config):  # its trials' run folders are named by values drawn later
         what = "trials at the ends of the search space (hydra.sweeper.params)"
         if config.hydra.sweeper.get("n_trials", 2) > 1:  # a folder of its own each, or none
@@ -213,12 +216,12 @@ def check_sweep(config: DictConfig) -> None:
             check_study(config)
         except UserError as err:
             refuse(message(err), err.exit_code)
-    for job_name, job, run in starting:
+    for number, job_name, job, run in starting:
         try:
             with as_hydra_sets_it(job):
                 check_run_objects(job, run)
         except UserError as err:
-            problems.append(f"{job_name}: {message(err)}")
+            problems.append((frozenset({number}), f"{job_name}: {message(err)}"))
     refuse_jobs(problems, len(jobs), what)
 
 
@@ -258,11 +261,17 @@ def job_folder_of(loaded: DictConfig, sweep_dir: Path, number: int) -> Path:
     return folder
 
 
-def refuse_jobs(problems: list[str], count: int, what: str) -> None:
+Problem = tuple[frozenset[int], str]  # the jobs a problem stops, and what it is
+SWEEP_NAMES = {RUN_FOLDER: "hydra.sweep.subdir"}  # what names a job's folder in a sweep
+
+
+def refuse_jobs(problems: list[Problem], count: int, what: str) -> None:
+    """One line for every problem, counting the jobs they stop (a pair of jobs is two)."""
     if problems:
+        stopped = frozenset().union(*(jobs for jobs, _ in problems))
         refuse(
-            f"{len(problems)} of {count} {what} cannot run, so none was started: "
-            + " | ".join(problems),
+            f"{len(stopped)} of {count} {what} cannot run, so none was started: "
+            + " | ".join(text for _, text in problems),
             UserError.exit_code,
         )
 
@@ -274,23 +283,34 @@ def outside_own(written: dict[str, Path]) -> dict[str, Path]:
     return {k: f for k, f in written.items() if k != RUN_FOLDER and not is_within(f, run)}
 
 
-def shared_folders(written: list[dict[str, Path]]) -> list[str]:
-    """Two jobs that would write in one folder (their run folders, checkpoint folders or the
-    places only one job's files go, named alike), or in folders one inside the other: the
-    second would overwrite the first's files, or hold them. One problem per pair of jobs."""
-    problems = []
-    folders = [list(w.values()) for w in written]
+def shared_folders(written: list[dict[str, Path]]) -> list[Problem]:
+    """Two jobs that would write in one place (their run folders, checkpoint folders, or the
+    places only one job's files go), or one inside the other's: the second would overwrite the
+    first's files, or hold them. One problem per pair of jobs, naming the settings."""
+    problems: list[Problem] = []
     for a, b in itertools.combinations(range(len(written)), 2):
-        for one, other in itertools.product(folders[a], folders[b]):
+        pairs = itertools.product(written[a].items(), written[b].items())
+        for (key_a, one), (key_b, other) in pairs:
+            key_a, key_b = SWEEP_NAMES.get(key_a, key_a), SWEEP_NAMES.get(key_b, key_b)
             if one == other:
-                problems.append(f"jobs {a} and {b} would share the folder {one}")
+                whose = key_a if key_a == key_b else f"job {a}'s {key_a}, job {b}'s {key_b}"
+                kind = "file" if LOG_FILE in (key_a, key_b) else "folder"
+                said = f"jobs {a} and {b} would share the {kind} {one} ({whose})"
             elif other in one.parents or one in other.parents:
-                inner, outer = (one, other) if other in one.parents else (other, one)
-                problems.append(f"jobs {a} and {b} would write in {inner}, inside {outer}")
+                inner, outer = sorted([(one, a, key_a), (other, b, key_b)], key=depth, reverse=True)
+                said = (
+                    f"jobs {a} and {b} would write in {inner[0]} (job {inner[1]}'s {inner[2]}), "
+                    f"inside {outer[0]} (job {outer[1]}'s {outer[2]})"
+                )
             else:
                 continue
+            problems.append((frozenset((a, b)), f"{said}; give each job its own"))
             break
     return problems
+
+
+def depth(place: tuple[Path, int, str]) -> int:
+    return len(place[0].parts)
 
 
 def check_launcher(config: DictConfig) -> None:
