@@ -21,7 +21,9 @@ BASE = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
 
 
 @contextlib.contextmanager
-def composed(overrides: list[str], folder: Path, multirun: bool = True) -> Iterator[DictConfig]:
+def composed(
+    overrides: list[str], folder: Path, multirun: bool = True, base: list[str] = BASE
+) -> Iterator[DictConfig]:
     """The config ``train.py [-m]`` composes, inside Hydra's context."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
@@ -31,7 +33,7 @@ def composed(overrides: list[str], folder: Path, multirun: bool = True) -> Itera
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()
         mode = RunMode.MULTIRUN if multirun else RunMode.RUN
-        yield loader.load_configuration("config", [*BASE, *overrides, where], run_mode=mode)
+        yield loader.load_configuration("config", [*base, *overrides, where], run_mode=mode)
 
 
 def refusal(check, config: DictConfig, capsys) -> str:
@@ -192,6 +194,30 @@ def test_jobs_whose_folders_or_places_collide_are_refused_whole(overrides, said,
         line = refusal(check_sweep, config, capsys)
     assert line.startswith("error: ") and said.format(sweep=sweep, top=tmp_path) in line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]
+
+
+def test_a_data_root_every_job_shares_inside_one_jobs_folder_is_refused_whole(
+    tmp_path, capsys, monkeypatch, shared_data
+):
+    """``data.root=${hydra:sweep.dir}/lr_0.1/data``: job 0 had trained and unpacked the data
+    set into its own folder, and job 1 was refused only then, as writing in another run's."""
+    from multigpu.run.preflight import check_sweep
+
+    monkeypatch.setenv("MULTIGPU_DATA", str(shared_data))
+    sweep = tmp_path / "sweep"
+    given = [
+        "data=fashion_mnist",
+        "data.root=${hydra:sweep.dir}/lr_0.1/data",
+        "model.optimizer.lr=0.1,0.2",
+    ]
+    with composed(given, sweep, base=TINY) as config:
+        line = refusal(check_sweep, config, capsys)
+    assert line == (
+        f"error: 2 of 2 jobs cannot run, so none was started: data.root {sweep}/lr_0.1/data is "
+        f"in job 0's folder {sweep}/lr_0.1 (hydra.sweep.subdir), where the other jobs would "
+        "write too; pass a data.root outside the jobs' folders"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_jobs_each_with_a_log_file_of_its_own_in_one_folder_are_admitted(tmp_path):

@@ -181,6 +181,7 @@ def check_sweep(config: DictConfig) -> None:
     names = [job_folder_name(overrides, keys, number) for number, overrides in enumerate(jobs)]
     sweep_dir = canonical(config.hydra.sweep.dir)
     written = [{RUN_FOLDER: sweep_dir / name} for name in names]
+    shared: list[dict[str, Path]] = [{} for _ in names]
     problems: list[Problem] = []
     starting = []
     machine = Machine.this(multirun=True)
@@ -193,7 +194,9 @@ def check_sweep(config: DictConfig) -> None:
                 job = with_output_dir(loaded, folder, number)
                 check_hydra_keys(job)
                 with as_hydra_sets_it(job):
-                    written[number] = own_places(job, written_folders(job, folder))
+                    written[number], shared[number] = own_and_shared_places(
+                        job, written_folders(job, folder)
+                    )
                     admission = admit(job, hydra_runtime(job)[0], machine, folder)
             except UserError as err:
                 problems.append((frozenset({number}), f"job {number} ({name}): {message(err)}"))
@@ -208,7 +211,7 @@ def check_sweep(config: DictConfig) -> None:
         if config.hydra.sweeper.get("n_trials", 2) > 1:  # a folder of its own each, or none
             problems = shared_folders([outside_own(w) for w in written]) + problems
     else:
-        problems = shared_folders(written) + problems
+        problems = shared_folders(written) + shared_inside_jobs(shared, written) + problems
         what = "jobs"
     refuse_jobs(problems, len(jobs), what)
     if is_optuna(config):  # imports Optuna: the sampler, search space and storage it makes
@@ -225,15 +228,18 @@ def check_sweep(config: DictConfig) -> None:
     refuse_jobs(problems, len(jobs), what)
 
 
-def own_places(job: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
-    """The job's folders and the places outside them that only its files go to: every
-    ``written_places`` but the ``SHARED_PLACES``, and a logger's ``save_dir/name`` without a
-    version (each job's logger picks a new one there)."""
+def own_and_shared_places(
+    job: DictConfig, folders: dict[str, Path]
+) -> tuple[dict[str, Path], dict[str, Path]]:
+    """The job's folders with the places outside them that only its files go to, and the places
+    it shares with the other jobs: the ``SHARED_PLACES``, and a logger's ``save_dir/name``
+    without a version (each job's logger picks a new one there)."""
     places = written_places(job, folders)
-    shared = set(SHARED_PLACES)
+    shared_keys = set(SHARED_PLACES)
     if (job.get("logger") or {}).get("version", "") is None:
-        shared.add("logger.save_dir")
-    return folders | {key: place for key, place in places.items() if key not in shared}
+        shared_keys.add("logger.save_dir")
+    shared = {key: place for key, place in places.items() if key in shared_keys}
+    return folders | {k: p for k, p in places.items() if k not in shared_keys}, shared
 
 
 def refused_in_one_line(check: Callable[[], Any]) -> None:
@@ -307,6 +313,29 @@ def shared_folders(written: list[dict[str, Path]]) -> list[Problem]:
             problems.append((frozenset((a, b)), f"{said}; give each job its own"))
             break
     return problems
+
+
+def shared_inside_jobs(
+    shared: list[dict[str, Path]], written: list[dict[str, Path]]
+) -> list[Problem]:
+    """A place the jobs share (``data.root``) inside a job's folders: the other jobs would write
+    there too (that job's admission takes it as its own, and the next job's had found it another
+    run's folder only after that job had run). One problem per place and job folder."""
+    found: dict[tuple[str, Path, int, str, Path], set[int]] = {}
+    for a, places in enumerate(shared):
+        for key, place in places.items():
+            for b, folders in enumerate(written):
+                for key_b, folder in folders.items():
+                    if b != a and (place == folder or folder in place.parents):
+                        found.setdefault((key, place, b, key_b, folder), {b}).add(a)
+    return [
+        (
+            frozenset(jobs),
+            f"{key} {place} is in job {b}'s folder {folder} ({SWEEP_NAMES.get(key_b, key_b)}), "
+            f"where the other jobs would write too; pass a {key} outside the jobs' folders",
+        )
+        for (key, place, b, key_b, folder), jobs in found.items()
+    ]
 
 
 def depth(place: tuple[Path, int, str]) -> int:
