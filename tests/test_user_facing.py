@@ -572,3 +572,37 @@ def test_a_smoke_test_bench_says_its_numbers_measure_nothing():
     measured = to_markdown(bench_report(tiny=False))
     assert measured.startswith("Machine:") and "one after the other" in measured
     assert verdicts(measured) == ["no", "no"]
+
+
+@pytest.mark.parametrize("where", ["in_a_finalizer", "in_the_block"])
+def test_a_stop_signal_after_training_is_one_line_wherever_it_lands(where, capsys):
+    """SIGTERM during the test figures landed inside matplotlib's ``__del__``: Python printed
+    ``Exception ignored in ...`` with a traceback, the figures went on, and no line said the
+    signal came. Now the figures finish and one warning says so; in the block itself the
+    rest is skipped, as before."""
+    import os
+    import signal
+    import time
+
+    from multigpu.callbacks.interrupts import skipped_on_signal
+
+    class SignalledWhileFinalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the handler runs here, inside the finalizer
+
+    finished = []
+    with skipped_on_signal("the test figures"):
+        if where == "in_a_finalizer":
+            SignalledWhileFinalized()  # made and finalized at once
+        else:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)
+        finished.append(True)
+    assert finished == ([True] if where == "in_a_finalizer" else [])
+    said = capsys.readouterr().err.strip().splitlines()
+    skipped = "skipped the test figures; " if where == "in_the_block" else ""
+    assert said == [
+        f"warning: SIGTERM after the last epoch: {skipped}the run completed and its checkpoint "
+        "is written"
+    ]

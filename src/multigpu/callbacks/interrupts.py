@@ -40,10 +40,12 @@ class _Skip(Exception):
     pass
 
 
-def after_training_notice(signal_name: str, skipped: str) -> str:
+def after_training_notice(signal_name: str, skipped: str | None) -> str:
+    """The one line for a stop signal after the last epoch (``skipped``: the work it cut)."""
+    cut = f"skipped {skipped}; " if skipped else ""
     return (
-        f"warning: {signal_name} after the last epoch: skipped {skipped}; the run completed "
-        "and its checkpoint is written"
+        f"warning: {signal_name} after the last epoch: {cut}the run completed and its "
+        "checkpoint is written"
     )
 
 
@@ -74,16 +76,30 @@ def skipped_on_signal(what: str) -> Iterator[None]:
         yield  # signal handlers can only be set from the main thread
         return
 
+    came: list[str] = []
+
     def skip(signum: int, frame: object) -> None:
         note_stop_signal(signum)  # the run's ending: a sweep stops after this job
-        raise _Skip(signal.Signals(signum).name)
+        came.append(signal.Signals(signum).name)
+        raise _Skip(came[0])
+
+    def unraisable(unraisable: Any) -> None:
+        """A ``_Skip`` raised inside a finalizer (``__del__``), where Python only prints it:
+        the block goes on to its end, and the signal is said once it has."""
+        if not isinstance(unraisable.exc_value, _Skip):
+            hook(unraisable)
 
     previous = {s: signal.signal(s, skip) for s in (signal.SIGINT, *stop_signals(os.environ))}
+    hook, sys.unraisablehook = sys.unraisablehook, unraisable
     try:
         yield
     except _Skip as stopped:
         print(after_training_notice(str(stopped), what), file=sys.stderr, flush=True)
+    else:
+        if came:  # raised where it was swallowed: the block finished all the same
+            print(after_training_notice(came[0], None), file=sys.stderr, flush=True)
     finally:
+        sys.unraisablehook = hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
