@@ -274,11 +274,17 @@ class StepLr(Callback):
 
 
 class KillRank(Callback):
-    """Signals one process of a DDP run at a given step: SIGKILL, as the OOM killer would, or
-    another signal (``signum``, by name), as ``kill`` would."""
+    """Signals one process of a DDP run at a given step (-1: as it sets up, before training
+    and its handlers): SIGKILL, as the OOM killer would, or another signal (``signum``, by
+    name), as ``kill`` would."""
 
     def __init__(self, rank: int, step: int, signum: str = "SIGKILL"):
         self.rank, self.step, self.signum = rank, step, signal.Signals[signum]
+
+    @override
+    def setup(self, trainer, pl_module, stage) -> None:
+        if trainer.global_rank == self.rank and self.step == -1:
+            os.kill(os.getpid(), self.signum)
 
     @override
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:

@@ -269,11 +269,19 @@ def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_ddp_worker_stopped_by_a_signal_stops_the_run_interrupted(tmp_path, data_root):
+@pytest.mark.parametrize(
+    "signum,step",
+    [("SIGTERM", 3), ("SIGINT", 3), ("SIGTERM", -1)],
+    ids=["SIGTERM", "SIGINT", "setup"],
+)
+def test_ddp_worker_stopped_by_a_signal_stops_the_run_interrupted(
+    tmp_path, data_root, signum, step
+):
     """SIGTERM to rank 1 alone, mid-epoch: Lightning's handler there broadcast from inside the
     handler while rank 0 waited in another collective; both hung until the collective timeout
     and the run was recorded failed. Now rank 1 ends at once, and rank 0 records the run
-    interrupted by SIGTERM, naming the rank, in one line, with 143."""
+    interrupted by SIGTERM, naming the rank, in one line, with 143. Ctrl-C to rank 1, or a
+    signal while it sets up (before its handlers), had printed rank 1's own line too."""
     started = time.monotonic()
     result = run_script(
         "train.py",
@@ -282,19 +290,21 @@ def test_ddp_worker_stopped_by_a_signal_stops_the_run_interrupted(tmp_path, data
         f"data.root={data_root}",
         "+callbacks.fault._target_=probes.KillRank",
         "+callbacks.fault.rank=1",
-        "+callbacks.fault.step=3",
-        "+callbacks.fault.signum=SIGTERM",
+        f"+callbacks.fault.step={step}",
+        f"+callbacks.fault.signum={signum}",
         cwd=tmp_path,
         env=PROBES_ENV,
         timeout=240,
     )
-    assert result.returncode == 128 + signal.SIGTERM, result.stderr[-3000:]
+    code = 128 + signal.Signals[signum]
+    assert result.returncode == code, result.stderr[-3000:]
     assert time.monotonic() - started < 55  # not the collective timeout
     (run_dir,) = run_dirs(tmp_path)
     record = metrics(run_dir)
     assert record["status"] == "interrupted"
     assert re.match(
-        r"interrupted by SIGTERM \(rank 1 \(pid \d+\) exited with code 143\)", record["reason"]
+        rf"interrupted by {signum} \(rank 1 \(pid \d+\) exited with code {code}\)",
+        record["reason"],
     )
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: {record['reason']}"] and "Traceback" not in result.stderr

@@ -10,7 +10,6 @@ the run was then recorded failed.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -19,7 +18,7 @@ from typing import Any
 from pytorch_lightning import Callback, LightningModule, Trainer
 from typing_extensions import override
 
-from multigpu.config.launch import PARENT, stop_signals
+from multigpu.config.launch import started_by_rank_zero, stop_signals
 
 
 class WorkerStopsAtOnce(Callback):
@@ -28,9 +27,7 @@ class WorkerStopsAtOnce(Callback):
         """Once Lightning has set its handlers: this process's own, in a process rank 0
         started as a script of its own (``popen``; not ``spawn``'s, whose rank 0 has no
         watch to record how the run ended)."""
-        started_by_rank_0 = os.environ.get(PARENT) == str(os.getppid())
-        script = multiprocessing.parent_process() is None
-        if trainer.global_rank == 0 or not (started_by_rank_0 and script):
+        if trainer.global_rank == 0 or not started_by_rank_zero():
             return
         if threading.current_thread() is threading.main_thread():
             for signum in stop_signals(os.environ):

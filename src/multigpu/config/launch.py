@@ -67,6 +67,17 @@ def mark_parent() -> None:
         os.environ[PARENT] = str(os.getpid())
 
 
+def started_by_rank_zero() -> bool:
+    """Whether this process is one that rank 0 of a DDP run started as a script of its own
+    (``start_method: popen``): it inherited rank 0's mark, and rank 0 records and says how the
+    run ended (``multiprocessing``'s ``spawn`` children are not scripts: their rank 0 has no
+    watch)."""
+    import multiprocessing
+
+    inherited = os.environ.get(PARENT) == str(os.getppid())
+    return inherited and multiprocessing.parent_process() is None
+
+
 # The ranks a cluster's launcher sets itself in the tasks it starts; any other rank there comes
 # from Lightning's DDP starting processes from one task (an interactive allocation).
 OWN_RANKS = {"SLURM": ("SLURM_PROCID",), "LSF": ("JSM_NAMESPACE_RANK",), "torchrun": CHILD_RANKS}

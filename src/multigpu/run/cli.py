@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import RunStopped, UserError, message
 from multigpu.config.job_names import job_folder
-from multigpu.config.launch import run_name
+from multigpu.config.launch import run_name, started_by_rank_zero
 from multigpu.config.settings import slurm_gpus_per_node, slurm_tasks_per_node
 from multigpu.storage.outcome import outcome_of
 
@@ -58,14 +58,17 @@ def report_user_errors(main: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:  # Ctrl-C before a run's own handling (imports, checks)
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            print("error: interrupted by SIGINT", file=sys.stderr, flush=True)
+            if not started_by_rank_zero():  # rank 0 says how the run ended, naming this one
+                print("error: interrupted by SIGINT", file=sys.stderr, flush=True)
             sys.exit(128 + signal.SIGINT)
         except (UserError, RunStopped) as err:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
             logging.getLogger("multigpu").debug("stopped", exc_info=True)
-            code = outcome_of(err).exit_code
-            print(f"error: {message(err)}" if code else message(err), file=sys.stderr, flush=True)
-            sys.exit(code)
+            outcome = outcome_of(err)
+            if not (outcome.status == "interrupted" and started_by_rank_zero()):
+                said = f"error: {message(err)}" if outcome.exit_code else message(err)
+                print(said, file=sys.stderr, flush=True)
+            sys.exit(outcome.exit_code)
 
     return wrapper
