@@ -606,3 +606,25 @@ def test_a_stop_signal_after_training_is_one_line_wherever_it_lands(where, capsy
         f"warning: SIGTERM after the last epoch: {skipped}the run completed and its checkpoint "
         "is written"
     ]
+
+
+def test_a_run_resumed_inside_an_epoch_records_that_epochs_training_loss(tmp_path):
+    """The training metrics were logged at the epoch's batch 0 only: an epoch a resumed run
+    went on with from batch 2 was recorded with a null ``train_loss`` and ``train_acc``."""
+    from conftest import compose_config
+    from test_integrity import SYNTHETIC
+
+    from multigpu.run.training import train
+
+    common = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=5"]  # 4 batches an epoch
+    train(compose_config([*common, "+trainer.max_steps=6"], tmp_path / "first"))
+    resume = [
+        "+trainer.max_steps=10",
+        f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
+        "resume_changes=[trainer.max_steps]",
+    ]
+    record = train(compose_config([*common, *resume], tmp_path / "resumed"))
+    assert record["status"] == "completed" and len(record["history"]) == 3
+    assert all(
+        h["train_loss"] is not None and h["train_acc"] is not None for h in record["history"]
+    )

@@ -75,6 +75,7 @@ class ImageClassifier(LightningModule):
         self.test_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.train_loss = SampleMean()
+        self._metrics_logged = False  # train/loss and train/acc, once an epoch
 
     def prepare_network(self, net: nn.Module) -> None:
         """Memory format and compilation, in place: for the module's network and for every
@@ -103,6 +104,7 @@ class ImageClassifier(LightningModule):
     def on_train_epoch_start(self) -> None:
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
         self.log("train/lr", lr, on_step=False, on_epoch=True, sync_dist=True)  # same on all
+        self._metrics_logged = False  # in this epoch, by this run (it may resume inside one)
 
     @override
     def training_step(
@@ -117,9 +119,10 @@ class ImageClassifier(LightningModule):
         loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
         self.train_loss.update(loss, labels.numel())  # on the device; computed at the epoch's end
         self.train_acc.update(logits.detach(), labels)
-        if batch_idx == 0:  # the metrics themselves: a log per step would cost more than them
+        if not self._metrics_logged:  # the metrics themselves: a log per step costs more
             self.log("train/loss", self.train_loss, on_step=False, on_epoch=True)
             self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
+            self._metrics_logged = True
         return loss  # the progress bar's loss: read by multigpu.callbacks.BarLoss when it redraws
 
     def evaluate(self, batch: tuple[Tensor, Tensor], split: str) -> Tensor:
