@@ -454,6 +454,10 @@ PLACE_CASES = {
     ),
     "logger_a_file": (["logger.save_dir={afile}"], "pass a writable logger.save_dir"),
     "config_copy_a_file": (["hydra.output_subdir=../afile"], "pass a writable hydra.output_subdir"),
+    "logger_folder_with_events": (
+        ["logger.save_dir={cwd}/tb"],
+        "{cwd}/tb (logger.save_dir) holds another run's TensorBoard events (events.out.tfevents.1)",
+    ),
 }
 
 
@@ -469,6 +473,8 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     (other / "train.log").write_text("")
     (tmp_path / "linked.log").symlink_to(other / "train.log")
     afile.write_text("")
+    (tmp_path / "tb").mkdir()
+    (tmp_path / "tb" / "events.out.tfevents.1").write_text("")  # another run's, no record here
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OTHER", str(other))
     given = [o.format(other=other, run=run, afile=afile, cwd=tmp_path) for o in overrides]

@@ -143,6 +143,7 @@ def admit(
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
         check_places_apart(written_places(cfg, folders), sweep)
+        check_logger_folder_new(written_places(cfg, folders), folders[RUN_FOLDER])
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -580,6 +581,22 @@ def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
         found = found or other_above(place, sweep=sweep)
         if found is not None:
             raise apart_refusal(key, place, found)
+
+
+def check_logger_folder_new(places: dict[str, Path], run_folder: Path) -> None:
+    """A new run's logger folder outside its run folder holds no run's TensorBoard events yet:
+    two runs' events in one folder are one run to TensorBoard, and its HParams keep the last
+    one's. (A run its folder's record continues wrote them itself.)"""
+    place = places.get("logger.save_dir")
+    if place is None or (run_folder / RECORD).exists() or not place.is_dir():
+        return
+    held = sorted(place.glob("events.out.tfevents.*"))
+    if held:
+        raise OccupiedFolder(
+            f"{place} (logger.save_dir) holds another run's TensorBoard events ({held[0].name}): "
+            "they are left as they are; pass another logger.save_dir, or logger.version=null "
+            "for a version_<n> folder of its own"
+        )
 
 
 def hydra_of(cfg: DictConfig) -> Any:
