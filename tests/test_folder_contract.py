@@ -487,6 +487,21 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     assert snapshot(tmp_path) == before
 
 
+@pytest.mark.parametrize("case", ["log_where_hydra_makes_the_folder", "log_beside_checkpoints"])
+def test_a_place_its_writer_can_use_is_admitted(case, tmp_path, monkeypatch):
+    """Hydra makes the run folder and those above it before it opens its log file, and a log
+    file beside the checkpoints is not one of them: each had been refused by the places'
+    checks. (``data.root`` is only read where the data is unpacked: ``check_reachable``'s.)"""
+    run = tmp_path / "outputs" / "day" / "run"
+    log = run.parent / "day.log" if case == "log_where_hydra_makes_the_folder" else run / "t.log"
+    overrides = [*SYNTHETIC, f"hydra.job_logging.handlers.file.filename={log}"]
+    if case == "log_beside_checkpoints":
+        overrides.append(f"callbacks.checkpoint.dirpath={run}")
+    monkeypatch.chdir(tmp_path)
+    admission = admitted(composed(overrides, run), run)
+    assert admission.folders[RUN_FOLDER] == run and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize(
     "name,version,inside",
     [("", "", ""), ("a", "", "a"), ("", "../b", "../b"), ("a", 3, "a/version_3"), ("a", None, "a")],

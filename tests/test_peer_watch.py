@@ -126,3 +126,20 @@ def test_the_watch_stands_down_once_training_has_ended():
     assert not launcher.watch.stopped.is_set()
     strategy.on_train_end()
     assert launcher.watch.stopped.is_set()
+
+
+def test_a_started_worker_is_told_by_its_mark_and_its_local_rank(monkeypatch):
+    """A process that rank 0 started inherits rank 0's mark (its parent's pid) and a local
+    rank; one started by a process that marked itself without launching DDP (a notebook, a
+    tool) has no local rank, and says its own stop line."""
+    import os
+
+    from multigpu.config.launch import PARENT, started_by_rank_zero
+
+    monkeypatch.setenv(PARENT, str(os.getppid()))
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert not started_by_rank_zero()
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert started_by_rank_zero()
+    monkeypatch.setenv(PARENT, str(os.getpid()))  # rank 0 itself: its own mark
+    assert not started_by_rank_zero()

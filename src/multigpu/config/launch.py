@@ -69,13 +69,15 @@ def mark_parent() -> None:
 
 def started_by_rank_zero() -> bool:
     """Whether this process is one that rank 0 of a DDP run started as a script of its own
-    (``start_method: popen``): it inherited rank 0's mark, and rank 0 records and says how the
-    run ended (``multiprocessing``'s ``spawn`` children are not scripts: their rank 0 has no
-    watch)."""
+    (``start_method: popen``): it inherited rank 0's mark with a local rank Lightning gave it,
+    and rank 0 records and says how the run ended (``multiprocessing``'s ``spawn`` children are
+    not scripts: their rank 0 has no watch). A run started by a process that only marked
+    itself (a notebook, a tool) has no local rank."""
     import multiprocessing
 
     inherited = os.environ.get(PARENT) == str(os.getppid())
-    return inherited and multiprocessing.parent_process() is None
+    ranked = os.environ.get("LOCAL_RANK", "0") != "0"
+    return inherited and ranked and multiprocessing.parent_process() is None
 
 
 # The ranks a cluster's launcher sets itself in the tasks it starts; any other rank there comes

@@ -21,7 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -70,10 +70,11 @@ def _not_zero(value: int) -> int:
     return value
 
 
-def _none_or_all(value: float) -> float:
+def _none_or_all(value: Any) -> Any:
     """The test set is evaluated whole or not at all: part of it would be recorded as the
-    run's test accuracy (``data.test_subset`` tests on fewer images, as eval.py can repeat)."""
-    if value not in (0, 1):
+    run's test accuracy (``data.test_subset`` tests on fewer images, as eval.py can repeat).
+    Lightning reads a whole number as batches: 1 is one batch, 1.0 the whole set."""
+    if value != 0 and (value != 1 or isinstance(value, int)):
         raise ValueError("part of the test set")
     return value
 
@@ -236,7 +237,7 @@ class Trainer(Node):
         0.5,
         gt=0,
     )
-    limit_val_batches: Annotated[float, AfterValidator(_none_or_all)] = setting(
+    limit_val_batches: Annotated[float, BeforeValidator(_none_or_all)] = setting(
         1.0,  # 0: no test set at all (the benchmark's steps)
         "0 (no evaluation: no test accuracy) or 1.0 (the whole test set; to test on fewer "
         "images, data.test_subset=<images>)",

@@ -877,11 +877,11 @@ def check_evaluation_shares(data: Mapping[str, Any], processes: int, choices: Ma
     """Under DDP each process evaluates its own share of the test set and of the validation
     split, each sample once (``multigpu.data.base.EpochSampler``): a process with no sample
     would skip the evaluation that the others sum their metrics over, and they would wait."""
-    sizes = data_sizes(data)
-    if processes == 1 or sizes is None:
+    if processes == 1:
         return
-    subset, val_size = data.get("test_subset"), data.get("val_size") or 0
-    test = min(subset, sizes[1]) if subset is not None else sizes[1]
+    sizes, subset, val_size = data_sizes(data), data.get("test_subset"), data.get("val_size") or 0
+    counts = [n for n in (subset, sizes[1] if sizes else None) if n is not None]
+    test = min(counts, default=0)  # 0: not known (a data module of the user's)
     for images, key, fix in (
         (test, "the test set", "data.test_subset" if subset is not None else "data.num_test"),
         (val_size, "the validation split", "data.val_size"),

@@ -27,8 +27,9 @@ class EpochSampler(DistributedSampler):
     ``every_sample_once`` (evaluation): the processes' shards hold each sample once, some one
     sample more than others, where ``DistributedSampler`` repeats samples to even them out:
     a test set of 33 on 2 processes was scored over 34, one image counted twice. Uneven
-    shards cost no collective: DDP's forward under ``no_grad`` sends nothing, and the metrics
-    are summed over the processes at the epoch's end.
+    shards (one batch more on some processes) need no collective per batch: DDP's forward
+    under ``no_grad`` broadcasts the buffers at the first batch only, which every process has
+    (``settings.check_evaluation_shares``), and the metrics are summed at the epoch's end.
     """
 
     trainer = None

@@ -143,7 +143,8 @@ def admit(
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
         check_places_apart(written_places(cfg, folders), sweep)
-        check_logger_folder_new(written_places(cfg, folders), folders[RUN_FOLDER])
+        continued = ckpt_path is not None
+        check_logger_folder_new(written_places(cfg, folders), folders[RUN_FOLDER], continued)
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -583,12 +584,13 @@ def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
             raise apart_refusal(key, place, found)
 
 
-def check_logger_folder_new(places: dict[str, Path], run_folder: Path) -> None:
+def check_logger_folder_new(places: dict[str, Path], run_folder: Path, continued: bool) -> None:
     """A new run's logger folder outside its run folder holds no run's TensorBoard events yet:
     two runs' events in one folder are one run to TensorBoard, and its HParams keep the last
-    one's. (A run its folder's record continues wrote them itself.)"""
+    one's. (A run its folder's record continues wrote them itself; one resumed from a
+    checkpoint, ``continued``, may be going on with its own.)"""
     place = places.get("logger.save_dir")
-    if place is None or (run_folder / RECORD).exists() or not place.is_dir():
+    if place is None or continued or (run_folder / RECORD).exists() or not place.is_dir():
         return
     held = sorted(place.glob("events.out.tfevents.*"))
     if held:
@@ -623,10 +625,13 @@ def check_writable_folders(folders: dict[str, Path]) -> None:
 
 
 def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> None:
-    """Each place can be written before anything is: its folder made as its writer makes it,
-    Hydra's log file in a folder that exists (Python's logging makes none, Hydra only the run
-    folder), and not a file the run writes itself (its record, checkpoints, config copy)."""
+    """Each place can be written before anything is: its folder made as its writer makes it
+    (``data.root``: ``check_reachable``'s, which writes nothing where the data is unpacked),
+    Hydra's log file in a folder that exists or that Hydra makes (the run folder and those
+    above it), and not a file the run writes itself (its record, checkpoints, config copy)."""
     for key, place in places.items():
+        if key in SHARED_PLACES:
+            continue
         try:
             check_creatable(place.parent if key == LOG_FILE else place)
         except WriteFailed as err:
@@ -637,17 +642,31 @@ def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> No
     instead = f"name a file in the run folder, e.g. {run_folder / 'train.log'}"
     if log.is_dir():
         raise UserError(f"{log} ({LOG_FILE}) is a folder, not a file: {instead}")
-    own = {checkpoint_folder(folders), places.get("hydra.output_subdir")}
-    if log.parent in own or log in (run_folder / RECORD, run_folder / "phases.json"):
+    if log in own_files(places, folders):
         raise UserError(
             f"{log} ({LOG_FILE}) is a file the run writes itself: the log would be written into "
             f"it; {instead}"
         )
-    if log.parent != run_folder and not log.parent.is_dir():
+    made = log.parent == run_folder or log.parent in run_folder.parents  # Hydra makes these
+    if not made and not log.parent.is_dir():
         raise UserError(
             f"{log} ({LOG_FILE}) is in {log.parent}, which is not a folder: Hydra's log file "
             f"does not make one; make it first, or {instead}"
         )
+
+
+def own_files(places: dict[str, Path], folders: dict[str, Path]) -> set[Path]:
+    """The files a run writes itself: its record and phases, its checkpoints, Hydra's copy of
+    its config."""
+    run, checkpoints = folders[RUN_FOLDER], checkpoint_folder(folders)
+    copy = places.get("hydra.output_subdir", run / HYDRA)
+    return {
+        run / RECORD,
+        run / "phases.json",
+        checkpoints / LAST,
+        checkpoints / PREVIOUS,
+        *(copy / name for name in ("config.yaml", "hydra.yaml", "overrides.yaml")),
+    }
 
 
 def check_checkpoint_folder(folders: dict[str, Path], own: Folder) -> None:

@@ -149,6 +149,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+trainer.limit_val_batches=-1"],
         "trainer.limit_val_batches=-1 must be 0 (no evaluation: no test accuracy) or 1.0",
     ),
+    "limit_val_batches_one_batch": (
+        ["+trainer.limit_val_batches=1"],
+        "trainer.limit_val_batches=1 must be 0 (no evaluation: no test accuracy) or 1.0",
+    ),
     "limit_val_batches_part_of_the_test_set": (
         ["+trainer.limit_val_batches=0.5"],
         "trainer.limit_val_batches=0.5 must be 0 (no evaluation: no test accuracy) or 1.0 (the "
