@@ -454,9 +454,13 @@ PLACE_CASES = {
     ),
     "logger_a_file": (["logger.save_dir={afile}"], "pass a writable logger.save_dir"),
     "config_copy_a_file": (["hydra.output_subdir=../afile"], "pass a writable hydra.output_subdir"),
+    "csv_logger_folder_with_its_file": (
+        ["logger=csv", "logger.save_dir={cwd}/csv"],
+        "{cwd}/csv (logger.save_dir) holds another run's logs (metrics.csv)",
+    ),
     "logger_folder_with_events": (
         ["logger.save_dir={cwd}/tb"],
-        "{cwd}/tb (logger.save_dir) holds another run's TensorBoard events (events.out.tfevents.1)",
+        "{cwd}/tb (logger.save_dir) holds another run's logs (events.out.tfevents.1)",
     ),
 }
 
@@ -475,6 +479,8 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     afile.write_text("")
     (tmp_path / "tb").mkdir()
     (tmp_path / "tb" / "events.out.tfevents.1").write_text("")  # another run's, no record here
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "metrics.csv").write_text("")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("OTHER", str(other))
     given = [o.format(other=other, run=run, afile=afile, cwd=tmp_path) for o in overrides]
@@ -487,19 +493,27 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     assert snapshot(tmp_path) == before
 
 
-@pytest.mark.parametrize("case", ["log_where_hydra_makes_the_folder", "log_beside_checkpoints"])
+@pytest.mark.parametrize(
+    "case", ["log_where_hydra_makes_the_folder", "log_beside_checkpoints", "logger_versioned"]
+)
 def test_a_place_its_writer_can_use_is_admitted(case, tmp_path, monkeypatch):
-    """Hydra makes the run folder and those above it before it opens its log file, and a log
-    file beside the checkpoints is not one of them: each had been refused by the places'
-    checks. (``data.root`` is only read where the data is unpacked: ``check_reachable``'s.)"""
+    """Hydra makes the run folder and those above it before it opens its log file, a log file
+    beside the checkpoints is not one of them, and a logger with no version makes a folder of
+    its own: each had been refused by the places' checks. (``data.root`` is only read where
+    the data is unpacked: ``check_reachable``'s.)"""
     run = tmp_path / "outputs" / "day" / "run"
     log = run.parent / "day.log" if case == "log_where_hydra_makes_the_folder" else run / "t.log"
     overrides = [*SYNTHETIC, f"hydra.job_logging.handlers.file.filename={log}"]
     if case == "log_beside_checkpoints":
         overrides.append(f"callbacks.checkpoint.dirpath={run}")
+    if case == "logger_versioned":  # another run's events there: this one gets version_<n>
+        (tmp_path / "tb").mkdir()
+        (tmp_path / "tb" / "events.out.tfevents.1").write_text("")
+        overrides += [f"logger.save_dir={tmp_path / 'tb'}", "logger.version=null"]
     monkeypatch.chdir(tmp_path)
+    before = snapshot(tmp_path)
     admission = admitted(composed(overrides, run), run)
-    assert admission.folders[RUN_FOLDER] == run and list(tmp_path.iterdir()) == []
+    assert admission.folders[RUN_FOLDER] == run and snapshot(tmp_path) == before
 
 
 @pytest.mark.parametrize(

@@ -225,10 +225,11 @@ def test_jobs_each_with_a_log_file_of_its_own_in_one_folder_are_admitted(tmp_pat
     had been refused as writing in the folder that holds them)."""
     from multigpu.run.preflight import check_sweep
 
-    named = f"hydra.job_logging.handlers.file.filename={tmp_path}/log_${{hydra:job.num}}.log"
-    with composed([named, "model.optimizer.lr=0.1,0.2"], tmp_path / "sweep") as config:
-        check_sweep(config)  # no SystemExit
-    assert list(tmp_path.iterdir()) == []
+    for folder in (tmp_path, "${hydra:sweep.dir}"):  # the sweep's: Hydra makes it first
+        named = f"hydra.job_logging.handlers.file.filename={folder}/log_${{hydra:job.num}}.log"
+        with composed([named, "model.optimizer.lr=0.1,0.2"], tmp_path / "sweep") as config:
+            check_sweep(config)  # no SystemExit
+        assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "sweep"])

@@ -71,6 +71,7 @@ NOT_CHECKPOINTS = tuple(name for name, kind in MARKS.items() if kind != "checkpo
 ABOVE = (RECORD, SWEEP_RECORD)  # what alone marks a folder above a run's as another's
 SCAN_DEPTH = 4  # levels looked into: a runs_dir's runs are 2 down (<date>/<time>), sweep jobs 3
 SCAN_LIMIT = 1000  # folders looked into at most
+LOGGERS_FILES = ("events.out.tfevents.", "metrics.csv", "hparams.yaml")  # TensorBoard's, CSV's
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
 LOG_FILE = "hydra.job_logging.handlers.file.filename"  # a file: the other places are folders
@@ -143,8 +144,7 @@ def admit(
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
         check_places_apart(written_places(cfg, folders), sweep)
-        continued = ckpt_path is not None
-        check_logger_folder_new(written_places(cfg, folders), folders[RUN_FOLDER], continued)
+        check_logger_folder_new(cfg, written_places(cfg, folders), folders[RUN_FOLDER])
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
@@ -584,20 +584,24 @@ def check_places_apart(places: dict[str, Path], sweep: Path | None) -> None:
             raise apart_refusal(key, place, found)
 
 
-def check_logger_folder_new(places: dict[str, Path], run_folder: Path, continued: bool) -> None:
-    """A new run's logger folder outside its run folder holds no run's TensorBoard events yet:
-    two runs' events in one folder are one run to TensorBoard, and its HParams keep the last
-    one's. (A run its folder's record continues wrote them itself; one resumed from a
-    checkpoint, ``continued``, may be going on with its own.)"""
-    place = places.get("logger.save_dir")
-    if place is None or continued or (run_folder / RECORD).exists() or not place.is_dir():
+def check_logger_folder_new(cfg: DictConfig, places: dict[str, Path], run_folder: Path) -> None:
+    """A new run's logger folder outside its run folder holds no run's logs yet: two runs'
+    TensorBoard events in one folder are one run to TensorBoard (its HParams the last one's),
+    and a CSV logger deletes the files it finds there. Not checked where the logger picks a
+    ``version_<n>`` folder of its own (``logger.version=null``), where the folder's record
+    continues the run that wrote them, or for a resume (``ckpt_path``), which may go on with
+    its own."""
+    place, logger = places.get("logger.save_dir"), cfg.get("logger") or {}
+    if place is None or logger.get("version", "") is None or cfg.get("ckpt_path") is not None:
         return
-    held = sorted(place.glob("events.out.tfevents.*"))
+    if (run_folder / RECORD).exists() or not place.is_dir():
+        return
+    held = sorted(p.name for p in place.iterdir() if p.name.startswith(LOGGERS_FILES))
     if held:
         raise OccupiedFolder(
-            f"{place} (logger.save_dir) holds another run's TensorBoard events ({held[0].name}): "
-            "they are left as they are; pass another logger.save_dir, or logger.version=null "
-            "for a version_<n> folder of its own"
+            f"{place} (logger.save_dir) holds another run's logs ({held[0]}): they are left as "
+            "they are; pass another logger.save_dir, or logger.version=null for a version_<n> "
+            "folder of its own"
         )
 
 
