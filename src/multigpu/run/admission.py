@@ -143,8 +143,9 @@ def admit(
     if rank_zero:  # the other ranks of a run write nothing in its folders
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
-        check_places_apart(written_places(cfg, folders), sweep)
-        check_logger_folder_new(cfg, written_places(cfg, folders), folders[RUN_FOLDER])
+        places = written_places(cfg, folders)
+        check_places_apart(places, sweep)
+        check_logger_folder_new(cfg, places, folders[RUN_FOLDER])
     checkpoints = checkpoint_folder(folders)
     own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
     if own.finished is not None:
