@@ -608,23 +608,64 @@ def test_a_stop_signal_after_training_is_one_line_wherever_it_lands(where, capsy
     ]
 
 
-def test_a_run_resumed_inside_an_epoch_records_that_epochs_training_loss(tmp_path):
-    """The training metrics were logged at the epoch's batch 0 only: an epoch a resumed run
-    went on with from batch 2 was recorded with a null ``train_loss`` and ``train_acc``."""
+def resumed_with_more_steps(tmp_path: Path, steps: int, more: int) -> tuple[dict, Path]:
+    """A run of ``steps`` steps (4 batches an epoch), then one resuming its checkpoint with
+    ``more`` steps more: the second's record and checkpoint."""
     from conftest import compose_config
     from test_integrity import SYNTHETIC
 
     from multigpu.run.training import train
 
-    common = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=5"]  # 4 batches an epoch
-    train(compose_config([*common, "+trainer.max_steps=6"], tmp_path / "first"))
+    common = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=5"]
+    train(compose_config([*common, f"+trainer.max_steps={steps}"], tmp_path / "first"))
     resume = [
-        "+trainer.max_steps=10",
+        f"+trainer.max_steps={steps + more}",
         f"ckpt_path={tmp_path / 'first' / 'checkpoints' / 'last.ckpt'}",
         "resume_changes=[trainer.max_steps]",
     ]
     record = train(compose_config([*common, *resume], tmp_path / "resumed"))
-    assert record["status"] == "completed" and len(record["history"]) == 3
-    assert all(
-        h["train_loss"] is not None and h["train_acc"] is not None for h in record["history"]
+    return record, tmp_path / "resumed" / "checkpoints" / "last.ckpt"
+
+
+def test_a_max_steps_run_resumed_with_more_steps_goes_on_with_the_next_epoch(tmp_path):
+    """Under ``max_steps`` Lightning went on with the epoch the checkpoint had ended: a run
+    stopped after 2 of an epoch's 4 batches, resumed with 4 steps more, trained 2 of them in
+    that epoch again, counted it twice (its checkpoint then refused as malformed), and recorded
+    it once more in place of the next. An epoch the run stopped inside stays a partial one, as
+    without ``max_steps``; the next is whole, and trained in full from its first batch."""
+    from multigpu.storage.checkpoint import load_checkpoint
+
+    record, last = resumed_with_more_steps(tmp_path, steps=6, more=4)
+    assert record["status"] == "completed"
+    assert [(h["epoch"], h["partial_batches"]) for h in record["history"]] == [
+        (1, None),
+        (2, 2),
+        (3, None),
+    ]
+    assert all(h["train_loss"] is not None for h in record["history"])
+    checkpoint = load_checkpoint(last)  # was refused as malformed
+    assert (checkpoint["global_step"], checkpoint["epoch"]) == (10, 2)
+
+
+def test_a_max_steps_run_resumed_at_an_epochs_end_matches_one_never_stopped(tmp_path):
+    """The same at a whole epoch's end (4 steps, then 4 more) had failed with a traceback (two
+    epoch 1s in the record). The weights are those of one run of 8 steps."""
+    import torch
+    from conftest import compose_config
+    from test_integrity import SYNTHETIC
+
+    from multigpu.run.training import train
+
+    record, last = resumed_with_more_steps(tmp_path, steps=4, more=4)
+    assert [(h["epoch"], h["partial_batches"]) for h in record["history"]] == [(1, None), (2, None)]
+    overrides = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=5", "+trainer.max_steps=8"]
+    once = train(compose_config(overrides, tmp_path / "once"))
+    assert [h["train_loss"] for h in once["history"]] == pytest.approx(
+        [h["train_loss"] for h in record["history"]]
     )
+    weights = [
+        torch.load(path, weights_only=True)["state_dict"]
+        for path in (last, tmp_path / "once" / "checkpoints" / "last.ckpt")
+    ]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(value, weights[1][name], msg=name)

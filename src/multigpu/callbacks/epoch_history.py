@@ -95,9 +95,10 @@ class EpochHistory(Callback):
 
     def partial_batches(self, trainer: Trainer) -> int | None:
         """The batches this run trained in the epoch when fewer than the epoch holds: stopped
-        before its last (``max_steps``, ``max_time``, ``should_stop``), or continued from a
-        checkpoint saved inside it. Its seconds are then no epoch's (``record_model.speed``).
-        None for a whole epoch, or one of unknown length (an iterable data set)."""
+        before its last (``max_steps``, ``max_time``, ``should_stop``; a resume goes on with
+        the next epoch, ``lightning_compat.FitLoopFromEpochEnds``). Its seconds are then no
+        epoch's (``record_model.speed``). None for a whole epoch, or one of unknown length (an
+        iterable data set)."""
         whole = trainer.num_training_batches
         return self._batches if math.isfinite(whole) and self._batches < whole else None
 

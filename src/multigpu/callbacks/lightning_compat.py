@@ -14,8 +14,12 @@ from typing import Any
 
 from lightning_fabric.utilities.distributed import _set_num_threads_if_needed
 from lightning_fabric.utilities.logger import _convert_params, _flatten_dict
+from pytorch_lightning import Trainer
+from pytorch_lightning.loops.fit_loop import _FitLoop
+from pytorch_lightning.loops.loop import _Loop
 from pytorch_lightning.strategies.launchers import _SubprocessScriptLauncher
 from pytorch_lightning.trainer.connectors.signal_connector import _get_sigkill_signal
+from typing_extensions import override
 
 __all__ = [
     "SubprocessScriptLauncher",
@@ -23,6 +27,7 @@ __all__ = [
     "flatten_dict",
     "get_sigkill_signal",
     "launch_children",
+    "resume_epoch_ends_as_new_epochs",
     "strategy_backward",
 ]
 
@@ -38,6 +43,9 @@ RESTATED = {
     ),
     f"{LAUNCHERS}._SubprocessScriptLauncher.launch": (
         "401529edcc28ddb32662124356c2ea1470ab07188418d708bfc82e773613ffd9"
+    ),
+    "pytorch_lightning.loops.fit_loop._FitLoop.restarting.fset": (
+        "0e1fb8a761866ce82df80103ec97259b532385a94d134b95dc7985183f684fab"
     ),
 }
 PRIVATE = {
@@ -64,6 +72,9 @@ PRIVATE = {
 # saved) and before ``on_fit_end`` and teardown, which hold no collective
 # (``multigpu.strategies.ddp.BoundedDDPStrategy.on_train_end`` stands its watch down there).
 RELIED_ON = {
+    "pytorch_lightning.loops.fit_loop._FitLoop.__init__": (  # resume_epoch_ends_as_new_epochs
+        "8ccd903162543547d73e6288c5656f8ab80b28484caba46038c487a97dd85563"
+    ),
     "pytorch_lightning.loops.fit_loop._FitLoop.on_run_end": (
         "0c258126414d3c157ade735d00f6f09c30d369c79f6d0af1503dbc7e34d8191c"
     ),
@@ -101,3 +112,30 @@ def launch_children(
         watch()
     _set_num_threads_if_needed(num_processes=launcher.num_processes)
     return run()
+
+
+class FitLoopFromEpochEnds(_FitLoop):
+    """Lightning's fit loop, which under ``max_steps`` treats every resume as one inside an
+    epoch: from a checkpoint written at an epoch's end (the only kind a run resumes,
+    ``multigpu.storage.checkpoint_model.EpochProgress``) it went on with that epoch, counting it
+    twice (``processed`` one past ``started``) and repeating it in the run's history. Here, as
+    without ``max_steps``, only an unfinished epoch is resumed, and an epoch's end starts the
+    next epoch."""
+
+    @_Loop.restarting.setter
+    @override
+    def restarting(self, restarting: bool) -> None:
+        """``_FitLoop.restarting``'s setter as Lightning 2.6 has it, less its
+        ``or self._iteration_based_training()``."""
+        values = self.epoch_progress.current.ready, self.epoch_progress.current.started
+        epoch_unfinished = any(v != self.epoch_progress.current.processed for v in values)
+        _Loop.restarting.fset(self, restarting and epoch_unfinished)
+
+
+def resume_epoch_ends_as_new_epochs(trainer: Trainer) -> None:
+    """Gives ``trainer`` a ``FitLoopFromEpochEnds`` in place of its own (before ``fit``),
+    built as ``Trainer.__init__`` builds its own, around the same epoch loop."""
+    own = trainer.fit_loop
+    loop = FitLoopFromEpochEnds(trainer, min_epochs=own.min_epochs, max_epochs=own.max_epochs)
+    loop.epoch_loop = own.epoch_loop
+    trainer.fit_loop = loop

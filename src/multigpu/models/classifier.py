@@ -104,7 +104,7 @@ class ImageClassifier(LightningModule):
     def on_train_epoch_start(self) -> None:
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
         self.log("train/lr", lr, on_step=False, on_epoch=True, sync_dist=True)  # same on all
-        self._metrics_logged = False  # in this epoch, by this run (it may resume inside one)
+        self._metrics_logged = False  # in this epoch, by this run
 
     @override
     def training_step(

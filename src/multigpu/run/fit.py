@@ -35,6 +35,7 @@ from multigpu.callbacks.interrupts import (
     run_stop_signal,
     stop_signal,
 )
+from multigpu.callbacks.lightning_compat import resume_epoch_ends_as_new_epochs
 from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.callbacks.worker_stop import WorkerStopsAtOnce
 from multigpu.config.errors import (
@@ -251,6 +252,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
         logger=build(cfg.logger) if cfg.get("logger") else False,
     )
+    resume_epoch_ends_as_new_epochs(trainer)  # also under max_steps
     sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
