@@ -868,3 +868,74 @@ def test_a_completed_run_is_finished_where_its_limit_stopped_it(tmp_path, ran_wi
     else:
         with pytest.raises(OccupiedFolder, match="not trained further in place"):
             admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path)
+
+
+# A change resume_changes allows is the change trained with --------------------------------------
+@pytest.fixture(scope="module")
+def two_epochs(tmp_path_factory) -> Path:
+    """The last checkpoint of a tiny run of 2 epochs (SGD, lr 0.1, no momentum, no schedule)."""
+    from multigpu.run.training import train
+
+    run = tmp_path_factory.mktemp("two_epochs")
+    train(compose_config([*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=2"], run))
+    return run / "checkpoints" / "last.ckpt"
+
+
+def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(two_epochs, tmp_path):
+    """``model.optimizer.lr=0.05 resume_changes=[model.optimizer.lr]`` was recorded as the
+    run's lr, and the restored optimizer went on at 0.1: its epochs were those of the run
+    continued unchanged (momentum and weight decay the same)."""
+    import torch
+
+    from multigpu.run.training import train
+
+    changes = {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.001}
+    overrides = [f"model.optimizer.{key}={value}" for key, value in changes.items()]
+    allowed = ",".join(f"model.optimizer.{key}" for key in changes)
+    resume = [f"ckpt_path={two_epochs}", f"resume_changes=[{allowed}]", "trainer.max_epochs=3"]
+    record = train(
+        compose_config([*SYNTHETIC, "data.batch_size=16", *overrides, *resume], tmp_path)
+    )
+    assert record["history"][-1]["lr"] == pytest.approx(0.05)
+    saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
+    (group,) = saved["optimizer_states"][0]["param_groups"]
+    assert {key: group[key] for key in changes} == changes
+    assert record["resumed_from"]["changed"]["model.optimizer.momentum"] == {"from": 0, "to": 0.9}
+
+
+def test_a_schedule_a_resume_adds_is_where_it_would_be_in_a_run_that_had_it(two_epochs, tmp_path):
+    """``+model/scheduler=cosine resume_changes=[model.scheduler]`` failed writing the record
+    (a node is no JSON value) and, written, began the cosine from its start: the third epoch's
+    lr is the third of a run that had the cosine from the first."""
+    from multigpu.run.training import train
+
+    common = [*SYNTHETIC, "data.batch_size=16", "trainer.max_epochs=3", "+model/scheduler=cosine"]
+    resume = [f"ckpt_path={two_epochs}", "resume_changes=[model.scheduler]"]
+    resumed = train(compose_config([*common, *resume], tmp_path / "resumed"))
+    throughout = train(compose_config(common, tmp_path / "throughout"))
+    assert resumed["history"][-1]["lr"] == pytest.approx(throughout["history"][-1]["lr"])
+    assert resumed["history"][-1]["lr"] < 0.1  # the schedule has moved
+    assert resumed["resumed_from"]["changed"] == {"model.scheduler": {"from": None, "to": "{...}"}}
+
+
+@pytest.mark.parametrize(
+    "change", ["model.weight_decay_on=weights", "model.scheduler_interval=step"]
+)
+def test_a_setting_the_checkpoints_state_is_shaped_by_is_refused_as_a_change(
+    change, two_epochs, tmp_path
+):
+    """The optimizer state is grouped by ``weight_decay_on`` (changed: Lightning's ValueError
+    after the run folder was made), and the schedule counts its place in the unit of
+    ``scheduler_interval``: one line, naming ``init_from``, and nothing written."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    key = change.split("=")[0]
+    resume = [f"ckpt_path={two_epochs}", f"resume_changes=[{key}]", "trainer.max_epochs=3"]
+    cfg = compose_config([*SYNTHETIC, "data.batch_size=16", change, *resume], tmp_path / "run")
+    with pytest.raises(UserError) as refused:
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path / "run")
+    said = str(refused.value)
+    assert f"a resume keeps {key}" in said and f"init_from={two_epochs}" in said
+    assert "\n" not in said and not (tmp_path / "run").exists()

@@ -78,6 +78,12 @@ FORMER_TARGETS = {
     "multigpu.module.ImageClassifier": MODEL,  # multigpu/module.py is multigpu/models/classifier.py
 }
 
+# Keys a resume keeps, even named in resume_changes: the checkpoint's state is shaped by them.
+KEPT_ON_RESUME = {
+    "model.weight_decay_on": "its optimizer state is grouped by it",
+    "model.scheduler_interval": "its place in the schedule is counted in that unit",
+}
+
 NODE = object()  # where one side has a node of several keys and the other a single value
 UNSET = object()  # a key one side does not have, and the schema gives no default for
 DEFAULTS: dict[str, Any] = {}  # filled from the schema on first use
@@ -159,6 +165,12 @@ def parents(key: str) -> list[str]:
     """``a.b.c`` -> ``a``, ``a.b``."""
     parts = key.split(".")
     return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def as_recorded(value: Any) -> Any:
+    """A value of ``differences`` as a record keeps it: ``NODE`` and ``UNSET`` as their text
+    (the node's own keys are in the record's settings)."""
+    return as_text(value) if value is NODE or value is UNSET else value
 
 
 def as_text(value: Any) -> str:

@@ -176,28 +176,48 @@ class ImageClassifier(LightningModule):
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """A resumed run follows the learning-rate schedule as configured now: a run extended
-        with a larger ``trainer.max_epochs`` decays over its new length, not the old one. The
-        scheduler is replayed from the start to the resumed epoch, and the restored optimizer
-        starts from the learning rate it lands on (the same one when nothing changed)."""
-        schedulers, optimizers = checkpoint.get("lr_schedulers"), checkpoint.get("optimizer_states")
-        if not self.hparams.scheduler or not schedulers or not optimizers:
+        """A resumed run trains with the optimizer as configured now: each restored group takes
+        the configured group's settings (``lr``, ``momentum``, ``weight_decay``, ...; a change
+        ``resume_changes`` allowed had been recorded and not applied), and the learning-rate
+        schedule is replayed from the start to the resumed epoch (a run extended with a larger
+        ``trainer.max_epochs`` decays over its new length, not the old one). The same values
+        when nothing changed."""
+        optimizers = checkpoint.get("optimizer_states")
+        if not optimizers:
             return
-        steps = schedulers[0].get("last_epoch", 0)  # epochs, or optimizer steps per step
-        optimizer, scheduler = self.replay_schedule(steps)
-        lr = optimizer.param_groups[0]["lr"]
-        saved = optimizers[0]["param_groups"][0]
-        if abs(saved["lr"] - lr) > 1e-12 * max(abs(lr), 1):
-            log.info("resuming after %d %ss with the schedule as configured now: lr %g (the "
-                     "checkpoint's schedule had %g)", steps, self.scheduler_interval, lr,
-                     saved["lr"])  # fmt: skip
-        schedulers[0] = scheduler.state_dict()
-        for group in optimizers[0]["param_groups"]:
-            group["lr"], group["initial_lr"] = lr, optimizer.param_groups[0]["initial_lr"]
+        steps = self.schedule_position(checkpoint)
+        optimizer, scheduler = self.configured_optimizer(steps)
+        saved, configured = optimizers[0]["param_groups"], optimizer.param_groups
+        if abs(saved[0]["lr"] - configured[0]["lr"]) > 1e-12 * max(abs(configured[0]["lr"]), 1):
+            log.info("resuming after %d %ss with the optimizer as configured now: lr %g (the "
+                     "checkpoint's had %g)", steps, self.scheduler_interval, configured[0]["lr"],
+                     saved[0]["lr"])  # fmt: skip
+        if scheduler is not None:
+            checkpoint["lr_schedulers"] = [scheduler.state_dict()]  # Lightning restores it
+        for group, now in zip(saved, configured, strict=False):  # a count that differs is refused
+            group.update({key: value for key, value in now.items() if key != "params"})
 
-    def replay_schedule(self, steps: int):
-        """(optimizer, scheduler) as configured, on a stand-in parameter, ``steps`` in."""
-        optimizer = instantiate(self.hparams.optimizer)([nn.Parameter(torch.zeros(1))])
+    def schedule_position(self, checkpoint: dict[str, Any]) -> int:
+        """How far into its schedule the checkpoint's run is: its scheduler's count (epochs,
+        or optimizer steps; ``model.scheduler_interval`` stays on a resume), or, for a
+        scheduler a resume adds, the optimizer steps or the epochs it holds."""
+        if not self.hparams.scheduler:
+            return 0
+        if checkpoint.get("lr_schedulers"):
+            return checkpoint["lr_schedulers"][0].get("last_epoch", 0)
+        if self.scheduler_interval == "step":
+            return checkpoint.get("global_step", 0)
+        return checkpoint.get("epoch", -1) + 1  # the index of the epoch it was saved at
+
+    def configured_optimizer(self, steps: int):
+        """(optimizer, scheduler or None) as configured, on stand-ins of this module's parameter
+        groups, the schedule ``steps`` in."""
+        groups = [
+            {**group, "params": [nn.Parameter(torch.zeros(1))]} for group in self.parameter_groups()
+        ]
+        optimizer = instantiate(self.hparams.optimizer)(groups)
+        if not self.hparams.scheduler:
+            return optimizer, None
         scheduler = self.build_scheduler(optimizer)
         for _ in range(steps):
             optimizer.step()  # no gradient: changes nothing, but schedulers expect a step first

@@ -22,6 +22,8 @@ from typing import Any
 from multigpu.config.computation import (
     IGNORED_KEYS,
     IGNORED_NODES,
+    KEPT_ON_RESUME,
+    as_recorded,
     as_text,
     describe,
     differences,
@@ -53,7 +55,10 @@ class Resume:
         return {
             "checkpoint": str(self.path),
             "epochs": self.epochs,
-            "changed": {k: {"from": old, "to": new} for k, (old, new) in self.changed.items()},
+            "changed": {
+                key: {"from": as_recorded(old), "to": as_recorded(new)}
+                for key, (old, new) in self.changed.items()
+            },
         }
 
 
@@ -128,7 +133,7 @@ def check_same_run(
             f"it cannot be checked to continue the same run: pass init_from={path} to start a "
             "new run from its weights"
         )
-    check_allowed_keys(allowed, saved, current)
+    check_allowed_keys(path, allowed, saved, current)
     refused = refused_changes(saved, current, allowed)
     if refused:
         keys = ",".join(refused)
@@ -141,15 +146,25 @@ def check_same_run(
     return differences(saved, current)
 
 
-def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[str, Any]):
+def check_allowed_keys(
+    path: Path, allowed: list[str], saved: dict[str, Any], current: dict[str, Any]
+) -> None:
     """Each ``resume_changes`` entry names a setting (or a node of them) of either side: a
-    misspelt one would allow nothing, silently."""
-    keys = set(saved) | set(current)
+    misspelt one would allow nothing, silently; one a resume keeps (``KEPT_ON_RESUME``) is
+    refused where it differs."""
+    keys, changed = set(saved) | set(current), differences(saved, current)
     for name in allowed:
         if name in IGNORED_KEYS or name.split(".")[0] in IGNORED_NODES:
             raise UserError(
                 f"resume_changes names {name}, which does not change what is computed: a "
                 "resume may change it without resume_changes; drop it from the list"
+            )
+        kept = [k for k in KEPT_ON_RESUME if k in changed and f"{k}.".startswith(f"{name}.")]
+        if kept:
+            raise UserError(
+                f"resume_changes names {name}, and a resume keeps {kept[0]} ("
+                f"{KEPT_ON_RESUME[kept[0]]}): pass init_from={path} to start a new run from "
+                "its weights with the new value"
             )
         if not any(k == name or k.startswith(f"{name}.") for k in keys):
             hint = (
