@@ -830,6 +830,25 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert after["epochs"] == 1 and after["status"] == "interrupted"
 
 
+def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):
+    """The same command again after an interruption continues the folder from its own
+    checkpoint: its record had ``resumed_from: null``, so its times (which count the restart)
+    passed for those of a run never stopped (docs/records.md compares those)."""
+    from multigpu.run.training import train
+
+    run = tmp_path / "run"
+    train(compose_config([*SYNTHETIC, "trainer.max_epochs=1"], run))
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    again = train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))
+    assert [h["epoch"] for h in again["history"]] == [1, 2]
+    assert again["resumed_from"] == {
+        "checkpoint": str(run / "checkpoints" / "last.ckpt"),
+        "epochs": 1,
+        "changed": {},
+    }
+
+
 def test_a_resume_with_no_time_left_under_max_time_is_a_notice():
     """Lightning's Timer carries the training time a checkpoint's run spent: resumed under the
     same ``+trainer.max_time``, it stopped at once, and the run failed with its folder made

@@ -38,6 +38,7 @@ from multigpu.config.launch import stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.resume import Resume
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import COMPLETED, Outcome, outcome_of
 from multigpu.storage.ownership import is_free, owning
@@ -167,8 +168,11 @@ def start_record(
     output_dir: Path, admission: Admission, cfg: DictConfig, started: float
 ) -> RunRecord:
     """The run's record; ``started``: ``time.monotonic()`` when the run started, the clock of
-    its time to accuracy (docs/records.md, "Time to accuracy")."""
+    its time to accuracy (docs/records.md, "Time to accuracy"). A run that continues its own
+    folder's checkpoint is resumed from it as much as one given ``ckpt_path``."""
     resume = admission.resume
+    if admission.continued is not None:
+        resume = Resume(admission.continued, len(admission.history), admission.settings)
     targets = cfg.get("time_to_targets")
     return RunRecord(
         output_dir / "metrics.json",

@@ -187,7 +187,8 @@ class Record(FileModel):
         "what the run computes, as flat key: value (the keys a resume is checked against)"
     )
     resumed_from: dict[str, Any] | None = about(
-        "null, or the checkpoint the run continued: checkpoint, epochs, and changed (the "
+        "null, or the checkpoint the run continued (its ckpt_path, or its own folder's last "
+        "checkpoint, run again after a stop): checkpoint, epochs, and changed (the "
         "resume_changes it made, each from/to)"
     )
     init_from: str | None = about("null, or the checkpoint whose weights the run started from")
