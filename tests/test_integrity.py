@@ -937,24 +937,28 @@ def test_a_schedule_a_resume_adds_is_where_it_would_be_in_a_run_that_had_it(two_
     assert resumed["resumed_from"]["changed"] == {"model.scheduler": {"from": None, "to": "{...}"}}
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["in_resume_changes", "alone"])
 @pytest.mark.parametrize(
     "change", ["model.weight_decay_on=weights", "model.scheduler_interval=step"]
 )
 def test_a_setting_the_checkpoints_state_is_shaped_by_is_refused_as_a_change(
-    change, two_epochs, tmp_path
+    change, named, two_epochs, tmp_path
 ):
     """The optimizer state is grouped by ``weight_decay_on`` (changed: Lightning's ValueError
     after the run folder was made), and the schedule counts its place in the unit of
-    ``scheduler_interval``: one line, naming ``init_from``, and nothing written."""
+    ``scheduler_interval``: one line, naming ``init_from`` (not ``resume_changes``, which
+    cannot change them), and nothing written."""
     from multigpu.config.settings import Machine
     from multigpu.run.admission import admit
     from multigpu.run.cli import hydra_runtime
 
     key = change.split("=")[0]
-    resume = [f"ckpt_path={two_epochs}", f"resume_changes=[{key}]", "trainer.max_epochs=3"]
+    resume = [f"ckpt_path={two_epochs}", "trainer.max_epochs=3"]
+    resume += [f"resume_changes=[{key}]"] if named else []
     cfg = compose_config([*SYNTHETIC, "data.batch_size=16", change, *resume], tmp_path / "run")
     with pytest.raises(UserError) as refused:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path / "run")
     said = str(refused.value)
     assert f"a resume keeps {key}" in said and f"init_from={two_epochs}" in said
+    assert "resume_changes" not in said
     assert "\n" not in said and not (tmp_path / "run").exists()

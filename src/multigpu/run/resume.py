@@ -133,7 +133,8 @@ def check_same_run(
             f"it cannot be checked to continue the same run: pass init_from={path} to start a "
             "new run from its weights"
         )
-    check_allowed_keys(path, allowed, saved, current)
+    check_kept(path, differences(saved, current))
+    check_allowed_keys(allowed, saved, current)
     refused = refused_changes(saved, current, allowed)
     if refused:
         keys = ",".join(refused)
@@ -146,25 +147,26 @@ def check_same_run(
     return differences(saved, current)
 
 
-def check_allowed_keys(
-    path: Path, allowed: list[str], saved: dict[str, Any], current: dict[str, Any]
-) -> None:
+def check_kept(path: Path, changed: dict[str, tuple]) -> None:
+    """The settings that shape a checkpoint's state (``KEPT_ON_RESUME``) are those it was
+    trained with, whatever ``resume_changes`` allows."""
+    for key in (k for k in KEPT_ON_RESUME if k in changed):
+        raise UserError(
+            f"ckpt_path={path} was trained with other settings ({describe({key: changed[key]})}),"
+            f" and a resume keeps {key} ({KEPT_ON_RESUME[key]}): pass init_from={path} to start "
+            "a new run from its weights with the new value"
+        )
+
+
+def check_allowed_keys(allowed: list[str], saved: dict[str, Any], current: dict[str, Any]):
     """Each ``resume_changes`` entry names a setting (or a node of them) of either side: a
-    misspelt one would allow nothing, silently; one a resume keeps (``KEPT_ON_RESUME``) is
-    refused where it differs."""
-    keys, changed = set(saved) | set(current), differences(saved, current)
+    misspelt one would allow nothing, silently."""
+    keys = set(saved) | set(current)
     for name in allowed:
         if name in IGNORED_KEYS or name.split(".")[0] in IGNORED_NODES:
             raise UserError(
                 f"resume_changes names {name}, which does not change what is computed: a "
                 "resume may change it without resume_changes; drop it from the list"
-            )
-        kept = [k for k in KEPT_ON_RESUME if k in changed and f"{k}.".startswith(f"{name}.")]
-        if kept:
-            raise UserError(
-                f"resume_changes names {name}, and a resume keeps {kept[0]} ("
-                f"{KEPT_ON_RESUME[kept[0]]}): pass init_from={path} to start a new run from "
-                "its weights with the new value"
             )
         if not any(k == name or k.startswith(f"{name}.") for k in keys):
             hint = (
