@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
 import signal
 import subprocess
@@ -833,20 +834,28 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
 def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):
     """The same command again after an interruption continues the folder from its own
     checkpoint: its record had ``resumed_from: null``, so its times (which count the restart)
-    passed for those of a run never stopped (docs/records.md compares those)."""
+    passed for those of a run never stopped (docs/records.md compares those). It names the
+    epochs the checkpoint holds, also where the folder's record had run ahead of it."""
+    import shutil
+
     from multigpu.run.training import train
 
-    run = tmp_path / "run"
-    train(compose_config([*SYNTHETIC, "trainer.max_epochs=1"], run))
-    record = json.loads((run / "metrics.json").read_text())
-    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
-    again = train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))
-    assert [h["epoch"] for h in again["history"]] == [1, 2]
-    assert again["resumed_from"] == {
-        "checkpoint": str(run / "checkpoints" / "last.ckpt"),
-        "epochs": 1,
-        "changed": {},
-    }
+    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+
+    def interrupted() -> None:
+        record = json.loads((run / "metrics.json").read_text())
+        (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+
+    train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))
+    shutil.copy(last, tmp_path / "two.ckpt")
+    interrupted()
+    again = train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], run))
+    assert again["resumed_from"] == {"checkpoint": str(last), "epochs": 2, "changed": {}}
+    shutil.copy(tmp_path / "two.ckpt", last)  # behind the record's 3 epochs
+    interrupted()
+    third = train(compose_config([*SYNTHETIC, "trainer.max_epochs=4"], run))
+    assert [h["epoch"] for h in third["history"]] == [1, 2, 3, 4]
+    assert third["resumed_from"] == {"checkpoint": str(last), "epochs": 2, "changed": {}}
 
 
 def test_a_resume_with_no_time_left_under_max_time_is_a_notice():
@@ -938,27 +947,57 @@ def test_a_schedule_a_resume_adds_is_where_it_would_be_in_a_run_that_had_it(two_
 
 
 @pytest.mark.parametrize("named", [True, False], ids=["in_resume_changes", "alone"])
-@pytest.mark.parametrize(
-    "change", ["model.weight_decay_on=weights", "model.scheduler_interval=step"]
-)
-def test_a_setting_the_checkpoints_state_is_shaped_by_is_refused_as_a_change(
-    change, named, two_epochs, tmp_path
-):
+def test_weight_decay_on_is_refused_as_a_change(named, two_epochs, tmp_path):
     """The optimizer state is grouped by ``weight_decay_on`` (changed: Lightning's ValueError
-    after the run folder was made), and the schedule counts its place in the unit of
-    ``scheduler_interval``: one line, naming ``init_from`` (not ``resume_changes``, which
-    cannot change them), and nothing written."""
+    after the run folder was made): one line, naming ``init_from`` (not ``resume_changes``,
+    which cannot change it), and nothing written."""
     from multigpu.config.settings import Machine
     from multigpu.run.admission import admit
     from multigpu.run.cli import hydra_runtime
 
-    key = change.split("=")[0]
+    key = "model.weight_decay_on"
     resume = [f"ckpt_path={two_epochs}", "trainer.max_epochs=3"]
     resume += [f"resume_changes=[{key}]"] if named else []
-    cfg = compose_config([*SYNTHETIC, "data.batch_size=16", change, *resume], tmp_path / "run")
+    overrides = [*SYNTHETIC, "data.batch_size=16", f"{key}=weights", *resume]
+    cfg = compose_config(overrides, tmp_path / "run")
     with pytest.raises(UserError) as refused:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path / "run")
     said = str(refused.value)
     assert f"a resume keeps {key}" in said and f"init_from={two_epochs}" in said
     assert "resume_changes" not in said
     assert "\n" not in said and not (tmp_path / "run").exists()
+
+
+def cosine(epochs: float, t_max: int, lr: float = 0.1) -> float:
+    """torch's CosineAnnealingLR in closed form, ``epochs`` in (fractions for steps)."""
+    return lr * (1 + math.cos(math.pi * epochs / t_max)) / 2
+
+
+@pytest.mark.parametrize(
+    ("first", "resumed", "t_max", "epoch", "at"),
+    [
+        # The schedule per step from a checkpoint of a schedule per epoch: epoch 3 starts 2
+        # epochs in (8 of 12 steps).
+        (["+model/scheduler=cosine", "trainer.max_epochs=2", "model.scheduler.T_max=3"],
+         ["+model/scheduler=cosine", "model.scheduler_interval=step", "model.scheduler.T_max=3",
+          "trainer.max_epochs=3", "resume_changes=[model.scheduler_interval]"], 3, 3, 2.0),
+        # An epoch max_steps stopped inside (2 of its 4 batches) counts as one, as in the
+        # history: Lightning had not stepped the schedule for it, and epoch 3 began where
+        # epoch 2 had.
+        (["+model/scheduler=cosine", "trainer.max_epochs=4", "+trainer.max_steps=6"],
+         ["+model/scheduler=cosine", "trainer.max_epochs=4", "resume_changes=[trainer.max_steps]"],
+         4, 3, 2.0),
+    ],
+    ids=["interval_changed", "after_a_partial_epoch"],
+)  # fmt: skip
+def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(
+    first, resumed, t_max, epoch, at, tmp_path
+):
+    from multigpu.run.training import train
+
+    common = [*SYNTHETIC, "data.batch_size=16"]  # 4 batches an epoch
+    train(compose_config([*common, *first], tmp_path / "first"))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    cfg = compose_config([*common, *resumed, f"ckpt_path={last}"], tmp_path / "resumed")
+    record = train(cfg)
+    assert record["history"][epoch - 1]["lr"] == pytest.approx(cosine(at, t_max), rel=1e-6)

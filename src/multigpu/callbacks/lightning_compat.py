@@ -72,14 +72,24 @@ PRIVATE = {
 # saved) and before ``on_fit_end`` and teardown, which hold no collective
 # (``multigpu.strategies.ddp.BoundedDDPStrategy.on_train_end`` stands its watch down there).
 RELIED_ON = {
-    "pytorch_lightning.loops.fit_loop._FitLoop.__init__": (  # resume_epoch_ends_as_new_epochs
-        "8ccd903162543547d73e6288c5656f8ab80b28484caba46038c487a97dd85563"
-    ),
     "pytorch_lightning.loops.fit_loop._FitLoop.on_run_end": (
         "0c258126414d3c157ade735d00f6f09c30d369c79f6d0af1503dbc7e34d8191c"
     ),
     "pytorch_lightning.trainer.trainer.Trainer._run": (
         "6b7fa38f7340f413483b36b26c97aca83b5c6ca052bfc5eb7ed5475fc84956eb"
+    ),
+    # FitLoopFromEpochEnds: how the loops restart when it says they are not restarting.
+    "pytorch_lightning.loops.fit_loop._FitLoop.__init__": (
+        "8ccd903162543547d73e6288c5656f8ab80b28484caba46038c487a97dd85563"
+    ),
+    "pytorch_lightning.loops.fit_loop._FitLoop.reset": (
+        "ee34bf3662fe2739345568109e2ad347fc26744ce26d9e2de781958903cb912e"
+    ),
+    "pytorch_lightning.loops.fit_loop._FitLoop.update_restart_stage": (
+        "f0a84f5e08328f3153f358a0f8e099214c1f8d4d086caf72ba01621b8f14d829"
+    ),
+    "pytorch_lightning.loops.training_epoch_loop._TrainingEpochLoop.reset": (
+        "0014631aabe0ac52616507e18cba98b09b720ff18538d08114265d5df142623a"
     ),
 }
 

@@ -79,10 +79,7 @@ FORMER_TARGETS = {
 }
 
 # Keys a resume keeps, even named in resume_changes: the checkpoint's state is shaped by them.
-KEPT_ON_RESUME = {
-    "model.weight_decay_on": "its optimizer state is grouped by it",
-    "model.scheduler_interval": "its place in the schedule is counted in that unit",
-}
+KEPT_ON_RESUME = {"model.weight_decay_on": "its optimizer state is grouped by it"}
 
 NODE = object()  # where one side has a node of several keys and the other a single value
 UNSET = object()  # a key one side does not have, and the schema gives no default for

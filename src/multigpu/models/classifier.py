@@ -198,13 +198,11 @@ class ImageClassifier(LightningModule):
             group.update({key: value for key, value in now.items() if key != "params"})
 
     def schedule_position(self, checkpoint: dict[str, Any]) -> int:
-        """How far into its schedule the checkpoint's run is: its scheduler's count (epochs,
-        or optimizer steps; ``model.scheduler_interval`` stays on a resume), or, for a
-        scheduler a resume adds, the optimizer steps or the epochs it holds."""
+        """How far into its schedule the checkpoint's run is, in the unit the schedule counts
+        now: its optimizer steps, or its epochs (one a limit stopped inside included, as in its
+        history: Lightning had not stepped the schedule for it, and the saved count lagged)."""
         if not self.hparams.scheduler:
             return 0
-        if checkpoint.get("lr_schedulers"):
-            return checkpoint["lr_schedulers"][0].get("last_epoch", 0)
         if self.scheduler_interval == "step":
             return checkpoint.get("global_step", 0)
         return checkpoint.get("epoch", -1) + 1  # the index of the epoch it was saved at

@@ -231,8 +231,11 @@ class RunRecord:
         return epoch_marks(on_disk.get("history") or []) != self.claimed_marks
 
     def set_history(self, history: list[dict[str, Any]]) -> None:
-        """The history a checkpoint restored."""
+        """The history a checkpoint restored: the epochs the run resumed from (its own folder's
+        record may have run ahead of its last checkpoint, or fallen behind it)."""
         self._restored(history)
+        if self.start.get("resumed_from"):
+            self.start["resumed_from"]["epochs"] = len(history)
         if self.claimed:
             self._write(self.current)
 
