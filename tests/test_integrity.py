@@ -1001,3 +1001,34 @@ def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(
     cfg = compose_config([*common, *resumed, f"ckpt_path={last}"], tmp_path / "resumed")
     record = train(cfg)
     assert record["history"][epoch - 1]["lr"] == pytest.approx(cosine(at, t_max), rel=1e-6)
+
+
+def test_weights_only_decayed_with_momentum_resume_as_if_never_stopped(tmp_path):
+    """``model.weight_decay_on=weights`` numbers the parameters weights first: its momentum
+    buffers were checked against the network's own order, and every checkpoint of such a run
+    (``experiment=speedrun``'s kind) was refused as edited, for a resume, ``init_from`` and
+    ``eval.py`` alike."""
+    import torch
+
+    from multigpu.run.training import train
+    from multigpu.storage.checkpoint import load_network
+
+    recipe = [
+        *SYNTHETIC,
+        "data.batch_size=16",
+        "model.weight_decay_on=weights",
+        "model.optimizer.weight_decay=0.001",
+        "model.optimizer.momentum=0.9",
+    ]
+    train(compose_config([*recipe, "trainer.max_epochs=2"], tmp_path / "first"))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    load_network(last)  # was refused
+    resume = [f"ckpt_path={last}", "trainer.max_epochs=3"]
+    train(compose_config([*recipe, *resume], tmp_path / "resumed"))
+    train(compose_config([*recipe, "trainer.max_epochs=3"], tmp_path / "once"))
+    weights = [
+        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for run in ("resumed", "once")
+    ]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(value, weights[1][name], msg=name)

@@ -24,6 +24,17 @@ Network = Callable[[Tensor], Tensor]
 log = logging.getLogger(__name__)
 
 
+def parameter_groups(net: nn.Module, weight_decay_on: Decayed) -> list[dict[str, Any]]:
+    """The optimizer's groups: one of every parameter, or (``weight_decay_on="weights"``) the
+    weights of the convolutions and the linear layer, then the rest without weight decay. The
+    optimizer numbers the parameters in this order (its state in a checkpoint too)."""
+    if weight_decay_on == "all":
+        return [{"params": list(net.parameters())}]
+    weights = [p for p in net.parameters() if p.ndim > 1]
+    others = [p for p in net.parameters() if p.ndim <= 1]
+    return [{"params": weights}, {"params": others, "weight_decay": 0.0}]
+
+
 class ImageClassifier(LightningModule):
     """Logs per epoch ``train/loss``, ``train/acc`` and ``test/acc`` (and ``val/acc`` with a
     validation split). Loss, metrics and logging always run once, on full-batch outputs.
@@ -223,13 +234,7 @@ class ImageClassifier(LightningModule):
         return optimizer, scheduler
 
     def parameter_groups(self) -> list[dict[str, Any]]:
-        """One group of every parameter, or (``weight_decay_on="weights"``) the weights of the
-        convolutions and the linear layer, then the rest without weight decay."""
-        if self.weight_decay_on == "all":
-            return [{"params": list(self.net.parameters())}]
-        weights = [p for p in self.net.parameters() if p.ndim > 1]
-        others = [p for p in self.net.parameters() if p.ndim <= 1]
-        return [{"params": weights}, {"params": others, "weight_decay": 0.0}]
+        return parameter_groups(self.net, self.weight_decay_on)
 
     def build_scheduler(self, optimizer):
         """The configured scheduler; stepped per optimizer step, its lengths in epochs become

@@ -269,7 +269,11 @@ def check_optimizer_fits(path: str | Path, checkpoint: dict[str, Any], net: nn.M
     """The optimizer state is for this network's parameters, in the order the module gives
     them to its optimizer: as many, momentum and moments of each one's shape (else torch
     fails at the first step). Called once the weights fit, so a mismatch means an edit."""
-    shapes = [list(p.shape) for p in net.parameters()]
+    from multigpu.models.classifier import parameter_groups  # Lightning: once the file passed
+
+    grouped = (stored_settings(checkpoint) or {}).get("model.weight_decay_on", "all")
+    groups = parameter_groups(net, grouped)
+    shapes = [list(p.shape) for group in groups for p in group["params"]]
     for i, state in enumerate(read(checkpoint).optimizer_states or []):
         count = sum(len(group.params) for group in state.param_groups)
         if count != len(shapes):
