@@ -108,10 +108,15 @@ def test_fast_experiment_composes_the_speed_options(tmp_path):
     assert cfg.trainer.max_epochs == 10
 
 
-def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(tmp_path):
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(
+    accumulate, tmp_path
+):
     """Batch 64 under the linear rule from base 32: lr 0.1 -> 0.2; warm-up over 1.5 epochs of
     4 steps climbs from 0.1 (Goyal et al.: the unscaled lr) in equal steps, then a step
-    schedule halves the lr after each epoch; the warm-up multiplies what the schedule gives."""
+    schedule halves the lr after each epoch; the warm-up multiplies what the schedule gives.
+    Accumulating 2 batches a step, an epoch is 2 steps and the warm-up 3 (it had counted
+    batches, and lasted twice as long as configured)."""
     log = tmp_path / "lr.txt"
     overrides = [*TINY, "data=synthetic", "data.num_train=256", "data.num_test=32"]
     overrides += ["data.batch_size=64", "model.optimizer.lr=0.1", "trainer.max_epochs=3"]
@@ -119,11 +124,12 @@ def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(t
     overrides += ["model.lr_scaling.warmup_epochs=1.5", "+model/scheduler=step"]
     overrides += ["model.scheduler.step_size=1", "model.scheduler.gamma=0.5"]
     overrides += ["+callbacks.lr._target_=probes.StepLr", f"+callbacks.lr.path={log}"]
+    overrides += [f"+trainer.accumulate_grad_batches={accumulate}"]
     assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
     used = [float(line) for line in log.read_text().split()]
-    steps_per_epoch, warmup_steps, start = 4, 6, 0.5  # start: 0.1 / 0.2
+    steps_per_epoch, warmup_steps, start = 4 // accumulate, 6 // accumulate, 0.5  # 0.1 / 0.2
     expected = []
-    for step in range(12):
+    for step in range(3 * steps_per_epoch):
         scheduled = 0.2 * 0.5 ** (step // steps_per_epoch)
         factor = start + (1 - start) * step / warmup_steps if step < warmup_steps else 1.0
         expected.append(scheduled * factor)

@@ -163,7 +163,7 @@ class ImageClassifier(LightningModule):
     def warmup_factor(self, step: int) -> float:
         """Goyal et al.'s gradual warm-up: linear in the optimizer step, from ``start_factor``
         at step 0 to 1 once ``epochs`` epochs of steps have been taken."""
-        steps = self.warmup.get("epochs", 0) * self.trainer.num_training_batches
+        steps = self.warmup.get("epochs", 0) * self.optimizer_steps_per_epoch()
         if step >= steps:
             return 1.0
         start = self.warmup.get("start_factor", 0.0)
@@ -247,10 +247,12 @@ class ImageClassifier(LightningModule):
         return instantiate(scheduler)(optimizer)
 
     def scheduler_steps_per_epoch(self) -> int:
-        """1, or the optimizer steps of an epoch when the scheduler steps with the optimizer
+        """1, or the optimizer steps of an epoch when the scheduler steps with the optimizer."""
+        return self.optimizer_steps_per_epoch() if self.scheduler_interval == "step" else 1
+
+    def optimizer_steps_per_epoch(self) -> int:
+        """An epoch's batches over ``accumulate_grad_batches``, a last short group included
         (asking Lightning for them sizes the training data, also before a resume's restore)."""
-        if self.scheduler_interval != "step":
-            return 1
         self.trainer.estimated_stepping_batches  # noqa: B018
         return -(-self.trainer.num_training_batches // self.trainer.accumulate_grad_batches)
 
