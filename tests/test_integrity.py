@@ -987,8 +987,15 @@ def cosine(epochs: float, t_max: int, lr: float = 0.1) -> float:
         (["+model/scheduler=cosine", "trainer.max_epochs=4", "+trainer.max_steps=6"],
          ["+model/scheduler=cosine", "trainer.max_epochs=4", "resume_changes=[trainer.max_steps]"],
          4, 3, 2.0),
+        # Per step, with half the steps per epoch from the resume on: 2 epochs in are 4 of the
+        # new 8 steps (the 8 steps the checkpoint holds had put it at the cosine's end).
+        (["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=2",
+          "model.scheduler.T_max=4"],
+         ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
+          "model.scheduler.T_max=4", "+trainer.accumulate_grad_batches=2",
+          "resume_changes=[trainer.accumulate_grad_batches]"], 4, 3, 2.0),
     ],
-    ids=["interval_changed", "after_a_partial_epoch"],
+    ids=["interval_changed", "after_a_partial_epoch", "steps_per_epoch_changed"],
 )  # fmt: skip
 def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(
     first, resumed, t_max, epoch, at, tmp_path

@@ -209,14 +209,22 @@ class ImageClassifier(LightningModule):
             group.update({key: value for key, value in now.items() if key != "params"})
 
     def schedule_position(self, checkpoint: dict[str, Any]) -> int:
-        """How far into its schedule the checkpoint's run is, in the unit the schedule counts
-        now: its optimizer steps, or its epochs (one a limit stopped inside included, as in its
-        history: Lightning had not stepped the schedule for it, and the saved count lagged)."""
+        """How far into its schedule the checkpoint's run is, counted as the schedule counts
+        now: its epochs (one a limit stopped inside included, as in its history: Lightning had
+        not stepped the schedule for it, and the saved count lagged), or those epochs' optimizer
+        steps at this run's steps per epoch (a resume may change the batch or the accumulation:
+        the saved count was in the old steps)."""
         if not self.hparams.scheduler:
             return 0
-        if self.scheduler_interval == "step":
-            return checkpoint.get("global_step", 0)
-        return checkpoint.get("epoch", -1) + 1  # the index of the epoch it was saved at
+        epochs = checkpoint.get("epoch", -1) + 1  # the index of the epoch it was saved at, + 1
+        if self.scheduler_interval != "step":
+            return epochs
+        batches = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+        if not batches or batches.get("is_last_batch", True):
+            return epochs * self.optimizer_steps_per_epoch()
+        stopped_after = batches["current"]["processed"]  # batches of the epoch a limit stopped
+        whole = (epochs - 1) * self.optimizer_steps_per_epoch()
+        return whole + stopped_after // self.trainer.accumulate_grad_batches
 
     def configured_optimizer(self, steps: int):
         """(optimizer, scheduler or None) as configured, on stand-ins of this module's parameter
