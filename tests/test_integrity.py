@@ -1039,3 +1039,22 @@ def test_weights_only_decayed_with_momentum_resume_as_if_never_stopped(tmp_path)
     ]
     for name, value in weights[0].items():
         torch.testing.assert_close(value, weights[1][name], msg=name)
+
+
+def test_a_run_continuing_its_own_folder_keeps_its_csv_rows(tmp_path):
+    """``logger=csv``: Lightning's writer deleted the ``metrics.csv`` it found, and the run
+    continued after a stop kept only the rows of the epochs it trained itself."""
+    import csv
+
+    from multigpu.run.training import train
+
+    run, logged = tmp_path / "run", tmp_path / "run" / "metrics.csv"
+    train(compose_config([*SYNTHETIC, "logger=csv", "trainer.max_epochs=1"], run))
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    first = logged.read_text()
+    train(compose_config([*SYNTHETIC, "logger=csv", "trainer.max_epochs=2"], run))
+    assert logged.read_text().startswith(first.splitlines()[0])  # one header, the same
+    rows = list(csv.DictReader(logged.open()))
+    assert {row["epoch"] for row in rows} == {"0", "1"}
+    assert all(line in logged.read_text() for line in first.splitlines()[1:])

@@ -44,11 +44,17 @@ RESTATED = {
     f"{LAUNCHERS}._SubprocessScriptLauncher.launch": (
         "401529edcc28ddb32662124356c2ea1470ab07188418d708bfc82e773613ffd9"
     ),
+    "pytorch_lightning.loggers.csv_logs.CSVLogger.experiment.fget": (  # csv_logger
+        "75cf079b544bc3793af3af29474b51bc48001bbb9937b481f178c44f74c32d52"
+    ),
     "pytorch_lightning.loops.fit_loop._FitLoop.restarting.fset": (
         "0e1fb8a761866ce82df80103ec97259b532385a94d134b95dc7985183f684fab"
     ),
 }
 PRIVATE = {
+    "lightning_fabric.loggers.csv_logs._ExperimentWriter._check_log_dir_exists": (  # csv_logger
+        "e1857e769882eb8d184b77e87795d83ddecae24b4ff548a1d55b58c9e07a7c87"
+    ),
     "lightning_fabric.utilities.distributed._set_num_threads_if_needed": (
         "3b275a72d03b92cdf54d903d84e8ee1e530ded48786e380eb1d6c1196fca971e"
     ),

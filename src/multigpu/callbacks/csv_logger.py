@@ -1,0 +1,40 @@
+"""Lightning's CSV logger, continuing the ``metrics.csv`` of the run it logs.
+
+Lightning's writer deletes the ``metrics.csv`` it finds in its folder when it starts. A run
+finds only its own there (admission refuses a logger folder holding another run's,
+``multigpu.run.admission.check_logger_folder_new``): the same run continuing its folder after a
+stop, or a resume going on in its logger folder, whose earlier rows were lost. They are kept,
+and the new rows appended, as Lightning's writer does within one run (rewriting the header when
+a new column comes).
+"""
+
+from __future__ import annotations
+
+import csv
+
+from pytorch_lightning.loggers import CSVLogger
+from pytorch_lightning.loggers.csv_logs import ExperimentWriter
+from pytorch_lightning.loggers.logger import rank_zero_experiment
+from typing_extensions import override
+
+
+class ContinuingExperimentWriter(ExperimentWriter):
+    @override
+    def _check_log_dir_exists(self) -> None:
+        """In place of the deletion: the file's columns are this writer's first, so that a
+        header rewritten for a new column keeps them."""
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                self.metrics_keys = sorted(csv.DictReader(file).fieldnames or [])
+
+
+class ContinuingCSVLogger(CSVLogger):
+    @property
+    @override
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        """``CSVLogger.experiment`` as Lightning 2.6 has it, with the writer above."""
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ContinuingExperimentWriter(log_dir=self.log_dir)
+        return self._experiment
