@@ -119,7 +119,9 @@ class Epoch(Measured):
     epoch: Count = Field(description="the epoch, counted from 1 (from 0 before schema 3)")
     train_loss: float | None = about("the epoch's mean training loss")
     train_acc: Fraction | None = about("the epoch's training accuracy")
-    lr: float | None = about("the learning rate at the epoch's end")
+    lr: float | None = about(
+        "the scheduled learning rate as the epoch starts (a warm-up scales each step's further)"
+    )
     test_loss: float | None = about("test loss after the epoch")
     val_acc: Fraction | None = about("validation accuracy (null without a validation split)")
     samples_per_s: Amount | None = about("training samples per second over the epoch")
