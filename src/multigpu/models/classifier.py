@@ -194,7 +194,7 @@ class ImageClassifier(LightningModule):
         ``trainer.max_epochs`` decays over its new length, not the old one). The same values
         when nothing changed."""
         optimizers = checkpoint.get("optimizer_states")
-        if not optimizers:
+        if not optimizers or not self.hparams.optimizer:  # a module that only evaluates
             return
         steps = self.schedule_position(checkpoint)
         optimizer, scheduler = self.configured_optimizer(steps)
