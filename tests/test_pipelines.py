@@ -121,3 +121,34 @@ def test_pipelines_train_alike_under_ddp(tmp_path, data_root):
         weights[pipeline] = network_state(load_checkpoint(out / "checkpoints" / "last.ckpt"))
     for name, expected in weights["torchvision"].items():
         torch.testing.assert_close(weights["memory"][name], expected, rtol=0, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize(
+    "pipeline", ["memory", pytest.param("torchvision", marks=pytest.mark.slow)]
+)
+def test_a_resume_under_a_per_step_schedule_ends_as_a_run_never_stopped(pipeline, tmp_path):
+    """The memory pipeline's batches had come from the order its sampler read when Lightning
+    made the iterator: before the loops were restored when a per-step schedule sized the
+    training data in the restore, so a resumed run drew epoch 0's order (``experiment=speedrun``
+    resumed to other weights)."""
+    from test_integrity import SYNTHETIC
+
+    recipe = [*SYNTHETIC, "data.batch_size=16", f"data.pipeline={pipeline}"]
+    recipe += [
+        "+model/scheduler=cosine",
+        "model.scheduler_interval=step",
+        "model.scheduler.T_max=3",
+    ]
+    train(compose_config([*recipe, "trainer.max_epochs=2"], tmp_path / "first"))
+    last = tmp_path / "first" / "checkpoints" / "last.ckpt"
+    resumed = train(
+        compose_config([*recipe, "trainer.max_epochs=3", f"ckpt_path={last}"], tmp_path / "resumed")
+    )
+    once = train(compose_config([*recipe, "trainer.max_epochs=3"], tmp_path / "once"))
+    assert resumed["history"][-1]["train_loss"] == pytest.approx(once["history"][-1]["train_loss"])
+    weights = [
+        torch.load(tmp_path / run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+        for run in ("resumed", "once")
+    ]
+    for name, value in weights[0].items():
+        torch.testing.assert_close(value, weights[1][name], msg=name)
