@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -701,6 +701,20 @@ def global_batch(data: dict[str, Any], devices: int) -> int:
     if batch_size is None:
         raise UserError("data.batch_size=null must be a positive integer, e.g. 256")
     return batch_size
+
+
+def check_batch_given(data: Mapping[str, Any], devices: int, given: Collection[str]) -> None:
+    """``data.batch_size`` named on the command line where ``data.batch_size_per_device`` (an
+    experiment's, say) makes the batch: it was not used, and nothing said so."""
+    per_device = data.get("batch_size_per_device")
+    if per_device is None or "data.batch_size" not in given:
+        return
+    raise UserError(
+        f"data.batch_size={data.get('batch_size')} is not used: data.batch_size_per_device="
+        f"{per_device} makes the batch ({per_device} x {devices} device(s)); pass "
+        "data.batch_size_per_device=<the batch on each device>, or "
+        "data.batch_size_per_device=null to use data.batch_size"
+    )
 
 
 def check_batch_divides(batch_size: int, processes: int) -> None:

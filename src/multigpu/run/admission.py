@@ -45,7 +45,7 @@ from multigpu.config.computation import computation, describe, differences
 from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
 from multigpu.config.job_names import task_overrides
 from multigpu.config.names import FASHION_MNIST
-from multigpu.config.settings import Machine, Run, resolve_run
+from multigpu.config.settings import Machine, Run, check_batch_given, resolve_run
 from multigpu.data.locate import check_reachable
 from multigpu.run.resume import Resume, allowed_changes, plan_init, plan_resume
 from multigpu.storage.atomic import check_creatable
@@ -125,6 +125,7 @@ def admit(
     """Raise ``UserError`` (a refused run) or ``NothingToDo`` (a notice), or say how to start."""
     check_hydra_folder(cfg, output_dir)
     run = resolve_run(cfg, choices, machine)
+    check_batch_given(cfg.data, run.devices, given_keys(cfg))
     settings = computation(cfg, run)
     allowed = allowed_changes(container(cfg.get("resume_changes")))
     ckpt_path, init_from = cfg.get("ckpt_path"), cfg.get("init_from")
@@ -487,6 +488,17 @@ def check_same_sweep(config: DictConfig) -> None:
             f"{SWEEP_RECORD}): its jobs and files are left as they are; pass another "
             "hydra.sweep.dir (to continue that sweep: its own command again)"
         )
+
+
+def given_keys(cfg: DictConfig) -> set[str]:
+    """The keys the command line sets (Hydra's task overrides), without ``+``, ``++`` or ``~``;
+    none where no Hydra app composed ``cfg``."""
+    hydra = (
+        cfg.hydra if "hydra" in cfg else HydraConfig.get() if HydraConfig.initialized() else None
+    )
+    if hydra is None:
+        return set()
+    return {override.split("=", 1)[0].lstrip("+~") for override in task_overrides(hydra)}
 
 
 def swept(config: DictConfig) -> tuple[list[Any], Any]:
