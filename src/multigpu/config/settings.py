@@ -481,8 +481,9 @@ def check_known(path: str, node: Mapping[str, Any], schema: type[Node], what: st
     name = f"{path}.{unknown[0]}" if path else unknown[0]
     if close := closest(str(unknown[0]), known):
         takes = did_you_mean([f"{path}.{key}" if path else key for key in close])[2:]
-    else:
+    else:  # a key a config sets (an experiment's, over another data group) is dropped with ~
         takes = f"use one of {', '.join(known)}" if known else "it takes none"
+        takes += f" (where a config sets it, drop it: ~{name})"
     raise UserError(f"{name} is not a setting of {what}: {takes}")
 
 

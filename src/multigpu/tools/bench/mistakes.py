@@ -335,6 +335,13 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["+model/scheduler=step", "+model.scheduler.T_max=3"],
         "model.scheduler.T_max is not a setting of the scheduler: use one of step_size, gamma",
     ),
+    "experiments_key_over_other_data": (
+        ["experiment=d2l", "data=synthetic"],
+        "data.normalize is not a setting of data=synthetic: use one of batch_size, num_workers, "
+        "seed, train_subset, test_subset, val_size, pin_memory, shuffle, pipeline, augment, "
+        "crop_padding, flip, drop_last, batch_size_per_device, num_train, num_test, num_classes "
+        "(where a config sets it, drop it: ~data.normalize)",
+    ),
     # Values that contradict each other or the data.
     "val_size_all": (["data.val_size=60000"], "data.val_size=60000 leaves no training images"),
     "val_size_after_subset": (
