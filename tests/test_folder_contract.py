@@ -858,6 +858,7 @@ def test_a_refusal_as_a_signal_is_held_is_said_before_the_signal_acts(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [script.name]
 
 
+@pytest.mark.slow  # a whole sweep's start, 8 s: the default suite's 5 minutes
 @pytest.mark.subprocess
 def test_a_tilde_in_the_sweep_folder_is_one_line_for_the_whole_sweep(tmp_path):
     """It had been refused once per job, the same reason repeated inside the sweep's line."""

@@ -973,29 +973,36 @@ def cosine(epochs: float, t_max: int, lr: float = 0.1) -> float:
     return lr * (1 + math.cos(math.pi * epochs / t_max)) / 2
 
 
+SLOW = pytest.mark.slow  # two trainings each: the default suite keeps the partial epoch's
+
+
 @pytest.mark.parametrize(
     ("first", "resumed", "t_max", "epoch", "at"),
     [
         # The schedule per step from a checkpoint of a schedule per epoch: epoch 3 starts 2
         # epochs in (8 of 12 steps).
-        (["+model/scheduler=cosine", "trainer.max_epochs=2", "model.scheduler.T_max=3"],
-         ["+model/scheduler=cosine", "model.scheduler_interval=step", "model.scheduler.T_max=3",
-          "trainer.max_epochs=3", "resume_changes=[model.scheduler_interval]"], 3, 3, 2.0),
+        pytest.param(
+            ["+model/scheduler=cosine", "trainer.max_epochs=2", "model.scheduler.T_max=3"],
+            ["+model/scheduler=cosine", "model.scheduler_interval=step", "model.scheduler.T_max=3",
+             "trainer.max_epochs=3", "resume_changes=[model.scheduler_interval]"], 3, 3, 2.0,
+            marks=SLOW, id="interval_changed"),
         # An epoch max_steps stopped inside (2 of its 4 batches) counts as one, as in the
         # history: Lightning had not stepped the schedule for it, and epoch 3 began where
         # epoch 2 had.
-        (["+model/scheduler=cosine", "trainer.max_epochs=4", "+trainer.max_steps=6"],
-         ["+model/scheduler=cosine", "trainer.max_epochs=4", "resume_changes=[trainer.max_steps]"],
-         4, 3, 2.0),
+        pytest.param(
+            ["+model/scheduler=cosine", "trainer.max_epochs=4", "+trainer.max_steps=6"],
+            ["+model/scheduler=cosine", "trainer.max_epochs=4",
+             "resume_changes=[trainer.max_steps]"], 4, 3, 2.0, id="after_a_partial_epoch"),
         # Per step, with half the steps per epoch from the resume on: 2 epochs in are 4 of the
         # new 8 steps (the 8 steps the checkpoint holds had put it at the cosine's end).
-        (["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=2",
-          "model.scheduler.T_max=4"],
-         ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
-          "model.scheduler.T_max=4", "+trainer.accumulate_grad_batches=2",
-          "resume_changes=[trainer.accumulate_grad_batches]"], 4, 3, 2.0),
+        pytest.param(
+            ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=2",
+             "model.scheduler.T_max=4"],
+            ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
+             "model.scheduler.T_max=4", "+trainer.accumulate_grad_batches=2",
+             "resume_changes=[trainer.accumulate_grad_batches]"], 4, 3, 2.0,
+            marks=SLOW, id="steps_per_epoch_changed"),
     ],
-    ids=["interval_changed", "after_a_partial_epoch", "steps_per_epoch_changed"],
 )  # fmt: skip
 def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(
     first, resumed, t_max, epoch, at, tmp_path

@@ -568,6 +568,7 @@ def test_a_diverged_trial_is_pruned_and_the_study_goes_on(tmp_path):
     assert best["best_value"] == pytest.approx(float(rows[0.1]["test_acc"]))
 
 
+@pytest.mark.slow  # a study of train.py: the default suite keeps the one with a diverged trial
 def test_a_study_whose_every_trial_diverges_still_ends_with_its_report(tmp_path):
     space = params({"model.optimizer.lr": "interval(1e11, 1e12)"})
     result = run_script(

@@ -404,6 +404,7 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
 
 
+@pytest.mark.slow  # two sweeps of train.py; test_folder_contract.py checks the refusal in-process
 def test_a_sweep_run_again_with_other_settings_leaves_the_old_jobs_alone(tmp_path):
     base = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
     first = run_script("train.py", "-m", *base, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)

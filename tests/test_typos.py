@@ -565,13 +565,17 @@ def test_generated_unset_variables_are_refused_by_name(name, key, sweep):
     assert name in found and "\n" not in found
 
 
+SLOW = pytest.mark.slow
+
+
 @pytest.mark.parametrize(
     ("lines", "said"),
     [
-        (["trainer:", "  max_epoch: 3"], "trainer.max_epoch is not a setting of Lightning's "
-         "Trainer: did you mean trainer.max_epochs?"),
-        (["data:", "  batchsize: 64"], "data.batchsize is not a setting of data=fashion_mnist: "
-         "did you mean data.batch_size?"),
+        # One train.py each, 2-5 s: the default suite keeps the top level's.
+        pytest.param(["trainer:", "  max_epoch: 3"], "trainer.max_epoch is not a setting of "
+                     "Lightning's Trainer: did you mean trainer.max_epochs?", marks=SLOW),
+        pytest.param(["data:", "  batchsize: 64"], "data.batchsize is not a setting of "
+                     "data=fashion_mnist: did you mean data.batch_size?", marks=SLOW),
         (["sed: 1"], "sed is not a setting of the config: did you mean seed?"),
     ],
     ids=["trainer", "data", "top_level"],

@@ -647,6 +647,7 @@ def test_a_max_steps_run_resumed_with_more_steps_goes_on_with_the_next_epoch(tmp
     assert (checkpoint["global_step"], checkpoint["epoch"]) == (10, 2)
 
 
+@pytest.mark.slow  # three trainings: the default suite keeps the partial epoch's resume
 def test_a_max_steps_run_resumed_at_an_epochs_end_matches_one_never_stopped(tmp_path):
     """The same at a whole epoch's end (4 steps, then 4 more) had failed with a traceback (two
     epoch 1s in the record). The weights are those of one run of 8 steps."""
