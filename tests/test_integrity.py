@@ -973,7 +973,7 @@ def cosine(epochs: float, t_max: int, lr: float = 0.1) -> float:
     return lr * (1 + math.cos(math.pi * epochs / t_max)) / 2
 
 
-SLOW = pytest.mark.slow  # two trainings each: the default suite keeps the partial epoch's
+SLOW = pytest.mark.slow  # two trainings each: the default suite keeps the other two
 
 
 @pytest.mark.parametrize(
@@ -1001,7 +1001,16 @@ SLOW = pytest.mark.slow  # two trainings each: the default suite keeps the parti
             ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
              "model.scheduler.T_max=4", "+trainer.accumulate_grad_batches=2",
              "resume_changes=[trainer.accumulate_grad_batches]"], 4, 3, 2.0,
-            marks=SLOW, id="steps_per_epoch_changed"),
+            id="steps_per_epoch_changed"),
+        # The same after an epoch max_steps stopped halfway: its share of an epoch, half of the
+        # new 2 steps, puts the third epoch at step 3 of 8.
+        pytest.param(
+            ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
+             "model.scheduler.T_max=4", "+trainer.max_steps=6"],
+            ["+model/scheduler=cosine", "model.scheduler_interval=step", "trainer.max_epochs=4",
+             "model.scheduler.T_max=4", "+trainer.accumulate_grad_batches=2",
+             "resume_changes=[trainer.accumulate_grad_batches,trainer.max_steps]"], 4, 3, 1.5,
+            marks=SLOW, id="steps_per_epoch_changed_after_a_partial_epoch"),
     ],
 )  # fmt: skip
 def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(

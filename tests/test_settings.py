@@ -545,14 +545,15 @@ def test_a_rank_a_cluster_job_did_not_give_is_refused(environ, said):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "refused"),
+    ("overrides", "batch"),
     [
-        (["data.batch_size=32"], True),  # the experiment's per-device batch would win, silently
-        (["data.batch_size=32", "data.batch_size_per_device=null"], False),
-        (["data.batch_size_per_device=16"], False),
+        (["data.batch_size=32"], None),  # the experiment's per-device batch would win, silently
+        (["data.batch_size=32", "data.batch_size_per_device=null"], 32),
+        (["data.batch_size_per_device=16"], 32),  # 16 on each of 2 devices
+        (["~data.batch_size"], 512),  # deleted, not given
     ],
 )
-def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, refused, tmp_path):
+def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, batch, tmp_path):
     """``experiment=study_two_devices data.batch_size=32`` trained at 512 (its
     ``batch_size_per_device=256`` x 2), with nothing said."""
     from multigpu.config.settings import Machine
@@ -562,8 +563,8 @@ def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, refus
     given = [*TINY, "experiment=study_two_devices", "~data.normalize", "data=synthetic"]
     cfg = compose_config([*given, *overrides], tmp_path / "run")
     machine = Machine(0, CORES, {}, False)
-    if not refused:  # 32 either way: given, or 16 on each of 2 devices
-        assert admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run").run.batch_size == 32
+    if batch is not None:
+        assert admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run").run.batch_size == batch
         return
     with pytest.raises(UserError, match=r"^data.batch_size=32 is not used: data.batch_size_per_"):
         admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run")

@@ -1,11 +1,12 @@
 """Lightning's CSV logger, continuing the ``metrics.csv`` of the run it logs.
 
-Lightning's writer deletes the ``metrics.csv`` it finds in its folder when it starts. A run
-finds only its own there (admission refuses a logger folder holding another run's,
-``multigpu.run.admission.check_logger_folder_new``): the same run continuing its folder after a
-stop, or a resume going on in its logger folder, whose earlier rows were lost. They are kept,
-and the new rows appended, as Lightning's writer does within one run (rewriting the header when
-a new column comes).
+Lightning's writer deletes the ``metrics.csv`` it finds in its folder when it starts. A new run
+finds none there (admission refuses a logger folder holding another run's,
+``multigpu.run.admission.check_logger_folder_new``); the same run continuing its folder after a
+stop finds its own, whose earlier rows were lost. They are kept, and the new rows appended, as
+Lightning's writer does within one run (rewriting the header when a new column comes). (A
+``ckpt_path`` resume is not checked there, as it may go on in its run's logger folder: given
+another run's, it now adds rows to that run's file where it had deleted them.)
 """
 
 from __future__ import annotations

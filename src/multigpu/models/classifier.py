@@ -212,19 +212,24 @@ class ImageClassifier(LightningModule):
         """How far into its schedule the checkpoint's run is, counted as the schedule counts
         now: its epochs (one a limit stopped inside included, as in its history: Lightning had
         not stepped the schedule for it, and the saved count lagged), or those epochs' optimizer
-        steps at this run's steps per epoch (a resume may change the batch or the accumulation:
-        the saved count was in the old steps)."""
+        steps at this run's steps per epoch, a partial epoch's by its share (a resume may change
+        the batch or the accumulation: the saved count was in the old steps)."""
         if not self.hparams.scheduler:
             return 0
         epochs = checkpoint.get("epoch", -1) + 1  # the index of the epoch it was saved at, + 1
         if self.scheduler_interval != "step":
             return epochs
         batches = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.batch_progress")
+        steps = self.optimizer_steps_per_epoch()
         if not batches or batches.get("is_last_batch", True):
-            return epochs * self.optimizer_steps_per_epoch()
-        stopped_after = batches["current"]["processed"]  # batches of the epoch a limit stopped
-        whole = (epochs - 1) * self.optimizer_steps_per_epoch()
-        return whole + stopped_after // self.trainer.accumulate_grad_batches
+            return epochs * steps
+        # An epoch a limit stopped inside: its share of the epoch (its batches over the earlier
+        # epochs' each, all at the checkpoint's batch size) in this run's steps.
+        stopped_after, before = batches["current"]["processed"], batches["total"]["processed"]
+        if epochs == 1:  # no earlier epoch to size it by: the batches are this run's
+            return stopped_after // self.trainer.accumulate_grad_batches
+        share = stopped_after * (epochs - 1) / (before - stopped_after)
+        return (epochs - 1) * steps + int(share * steps + 1e-9)
 
     def configured_optimizer(self, steps: int):
         """(optimizer, scheduler or None) as configured, on stand-ins of this module's parameter

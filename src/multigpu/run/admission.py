@@ -491,14 +491,15 @@ def check_same_sweep(config: DictConfig) -> None:
 
 
 def given_keys(cfg: DictConfig) -> set[str]:
-    """The keys the command line sets (Hydra's task overrides), without ``+``, ``++`` or ``~``;
-    none where no Hydra app composed ``cfg``."""
+    """The keys the command line sets (Hydra's task overrides, without ``+`` or ``++``; not
+    those it deletes with ``~``); none where no Hydra app composed ``cfg``."""
     hydra = (
         cfg.hydra if "hydra" in cfg else HydraConfig.get() if HydraConfig.initialized() else None
     )
     if hydra is None:
         return set()
-    return {override.split("=", 1)[0].lstrip("+~") for override in task_overrides(hydra)}
+    given = (o for o in task_overrides(hydra) if not o.startswith("~"))  # ~key: deleted
+    return {override.split("=", 1)[0].lstrip("+") for override in given}
 
 
 def swept(config: DictConfig) -> tuple[list[Any], Any]:
