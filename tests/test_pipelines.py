@@ -124,16 +124,21 @@ def test_pipelines_train_alike_under_ddp(tmp_path, data_root):
 
 
 @pytest.mark.parametrize(
-    "pipeline", ["memory", pytest.param("torchvision", marks=pytest.mark.slow)]
+    ("pipeline", "workers"),
+    [("memory", 0), ("torchvision", 2), pytest.param("torchvision", 0, marks=pytest.mark.slow)],
 )
-def test_a_resume_under_a_per_step_schedule_ends_as_a_run_never_stopped(pipeline, tmp_path):
-    """The memory pipeline's batches had come from the order its sampler read when Lightning
-    made the iterator: before the loops were restored when a per-step schedule sized the
-    training data in the restore, so a resumed run drew epoch 0's order (``experiment=speedrun``
-    resumed to other weights)."""
+def test_a_resume_under_a_per_step_schedule_ends_as_a_run_never_stopped(
+    pipeline, workers, tmp_path
+):
+    """The batches had come from the order the sampler read when Lightning made the training
+    iterator: before the loops were restored when a per-step schedule sized the training data
+    (``configure_optimizers``), so a resumed run drew epoch 0's order (``experiment=speedrun``
+    resumed to other weights) where the sampler is read then: the memory pipeline's, and a
+    loader's workers, which fetch ahead as they start."""
     from test_integrity import SYNTHETIC
 
     recipe = [*SYNTHETIC, "data.batch_size=16", f"data.pipeline={pipeline}"]
+    recipe += [f"data.num_workers={workers}"]
     recipe += [
         "+model/scheduler=cosine",
         "model.scheduler_interval=step",

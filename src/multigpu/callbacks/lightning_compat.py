@@ -27,6 +27,7 @@ __all__ = [
     "flatten_dict",
     "get_sigkill_signal",
     "launch_children",
+    "renew_training_iterator",
     "resume_epoch_ends_as_new_epochs",
     "strategy_backward",
 ]
@@ -94,6 +95,10 @@ RELIED_ON = {
     "pytorch_lightning.loops.fit_loop._FitLoop.update_restart_stage": (
         "f0a84f5e08328f3153f358a0f8e099214c1f8d4d086caf72ba01621b8f14d829"
     ),
+    # renew_training_iterator: a resumed run's first epoch reuses the iterator setup_data made.
+    "pytorch_lightning.loops.training_epoch_loop._TrainingEpochLoop.on_run_start": (
+        "4993b0dcc52bf919b152d978c2c4549f16acdac2a88db1bfbfdd8074720d45b8"
+    ),
     "pytorch_lightning.loops.training_epoch_loop._TrainingEpochLoop.reset": (
         "0014631aabe0ac52616507e18cba98b09b720ff18538d08114265d5df142623a"
     ),
@@ -155,3 +160,11 @@ def resume_epoch_ends_as_new_epochs(trainer: Trainer) -> None:
     loop = FitLoopFromEpochEnds(trainer, min_epochs=own.min_epochs, max_epochs=own.max_epochs)
     loop.epoch_loop = own.epoch_loop
     trainer.fit_loop = loop
+
+
+def renew_training_iterator(trainer: Trainer) -> None:
+    """A new iterator over the training data, made as the epoch loop makes one at an epoch's
+    start (``iter`` of the fit loop's fetcher)."""
+    fetcher = trainer.fit_loop._data_fetcher
+    if fetcher is not None:
+        iter(fetcher)

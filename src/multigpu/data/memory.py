@@ -56,10 +56,8 @@ class IndexBatches:
         self.drop_last = drop_last
 
     def __iter__(self) -> Iterator[Tensor]:
-        """A generator: the sampler is read at the first batch, not when the iterator is made.
-        Lightning makes it early when something sizes the training data before a resume's
-        loops are restored (a schedule stepped per optimizer step), and the epoch the sampler
-        reads then is 0: the resumed run had drawn epoch 0's order, not its own."""
+        """A generator: the sampler is read at the first batch, not when the iterator is made
+        (which may be before a resume's loops are restored: ``callbacks.resumed_order``)."""
         order = list(self.sampler)[: len(self) * self.batch_size]
         order = torch.tensor(order, dtype=torch.long).to(self.device)
         yield from order.split(self.batch_size)

@@ -37,6 +37,7 @@ from multigpu.callbacks.interrupts import (
 )
 from multigpu.callbacks.lightning_compat import resume_epoch_ends_as_new_epochs
 from multigpu.callbacks.process_setup import EveryProcess
+from multigpu.callbacks.resumed_order import ResumedEpochOrder
 from multigpu.callbacks.worker_stop import WorkerStopsAtOnce
 from multigpu.config.errors import (
     Interrupted,
@@ -241,6 +242,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             WorkerStopsAtOnce(),
             EpochTimer(),
             EpochHistory(record),
+            ResumedEpochOrder(),
             DivergenceGuard(cfg.check_finite_every_n_steps, checkpoints),
             HParamsSummary(record),
             *([BarLoss()] if bar else []),  # before the bar, which shows the loss it reads
