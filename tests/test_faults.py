@@ -433,7 +433,7 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     assert lrs == pytest.approx(cosine, abs=1e-7)
     changed = metrics(tmp_path / "extended")["resumed_from"]["changed"]
     assert changed == {"model.scheduler.T_max": {"from": 2, "to": 4}}
-    assert "with the schedule as configured now: lr 0.05 (the checkpoint's schedule had 0)" in (
+    assert "with the optimizer as configured now: lr 0.05 (the checkpoint's had 0)" in (
         extended.stdout + extended.stderr
     )
 
