@@ -121,6 +121,27 @@ def test_differences_are_those_of_shared_keys_or_of_a_value_against_a_node(saved
     assert "\n" not in describe(changed)
 
 
+@EXAMPLES
+@given(
+    flat_settings,
+    st.sampled_from(["all", "weights"]),
+    st.lists(st.sampled_from(["model", "model.weight_decay_on", "a", "a.b"]), max_size=3),
+)
+def test_a_setting_a_resume_keeps_is_refused_whatever_resume_changes_allows(
+    others, grouped, allowed
+):
+    """``KEPT_ON_RESUME`` (the optimizer's grouping): a difference is one line naming
+    ``init_from``, never a ``resume_changes`` that could not allow it."""
+    other = "weights" if grouped == "all" else "all"
+    saved = {**others, "model.weight_decay_on": grouped, "model.x": 1}
+    current = {**others, "model.weight_decay_on": other, "model.x": 1}
+    with pytest.raises(UserError) as error:
+        check_same_run(Path("x.ckpt"), saved, current, allowed)
+    text = str(error.value)
+    assert "a resume keeps model.weight_decay_on" in text and "init_from=x.ckpt" in text
+    assert "resume_changes" not in text and "\n" not in text
+
+
 def test_a_scheduler_added_is_a_difference_though_its_keys_are_new():
     saved = flatten({"model": {"scheduler": None, "net": {"width": 4}}})
     current = flatten({"model": {"scheduler": {"T_max": 5}, "net": {"width": 4}}})
