@@ -1,7 +1,7 @@
 """Lightning callbacks: checkpoints, the epoch history, timers and the step phases' timer (its
 clock is ``multigpu.models.phases``), the divergence stop, the progress bar and the loss it
 shows, TensorBoard's logger, HParams and figures, and the count of host-device
-synchronisations.
+synchronisations, and a steady step's profile.
 
 The callbacks are imported on first use (``multigpu.callbacks.LastCheckpoint``), not with the
 package, so that what imports one of them loads only that one."""
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from multigpu.callbacks.last_checkpoint import LastCheckpoint
     from multigpu.callbacks.phase_timer import PhaseTimer
     from multigpu.callbacks.progress import ProgressBar
+    from multigpu.callbacks.step_profile import StepProfile
     from multigpu.callbacks.test_figures import TestSetFigures
 
 # Each callback, and the module that defines it.
@@ -34,6 +35,7 @@ MODULES = {
     "LastCheckpoint": "last_checkpoint",
     "PhaseTimer": "phase_timer",
     "ProgressBar": "progress",
+    "StepProfile": "step_profile",
     "TestSetFigures": "test_figures",
 }
 
@@ -47,6 +49,7 @@ __all__ = [
     "LastCheckpoint",
     "PhaseTimer",
     "ProgressBar",
+    "StepProfile",
     "TestSetFigures",
 ]
 

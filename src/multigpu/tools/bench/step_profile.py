@@ -1,0 +1,72 @@
+"""``python -m multigpu.tools.bench.step_profile [options] [overrides]``: where a training run's
+steady step spends its time, the host or the device; prints JSON (``ms_per_step``,
+``device_busy_share``, kernels and host ops per step, the costliest of each) and a summary.
+
+The run is ``python train.py <overrides>``; after ``--first-step`` steps (warm-up, allocation,
+compilation) it times ``--steps`` steps, then profiles ``--steps`` more under
+``torch.profiler`` and stops (``multigpu.callbacks.step_profile``). A device busy for a small
+share of the step waits on the host.
+
+Example: ``python -m multigpu.tools.bench.step_profile experiment=speedrun_gpu``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
+from multigpu.tools.bench.instrumented import run_measured
+
+STEPS = number(1, 2**31 - 1, integer=True)
+
+
+def parse_args(argv: list[str] | None = None):
+    parser = OneLineParser(
+        prog="python -m multigpu.tools.bench.step_profile",
+        description=__doc__,
+        formatter_class=DefaultsHelp,
+    )
+    parser.add_argument("--first-step", type=number(0, 2**31 - 1, integer=True), default=30,
+                        help="first timed step")  # fmt: skip
+    parser.add_argument("--steps", type=STEPS, default=20, help="steps timed, then profiled")
+    parser.add_argument("--top", type=STEPS, default=12, help="kernels and host ops listed")
+    parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
+    parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
+    return parser.parse_args(argv)
+
+
+def summary(result: dict) -> str:
+    """Three lines a person reads first."""
+    busy = result.get("device_busy_ms_per_step")
+    lines = [f"{result['ms_per_step']:.2f} ms per step ({result['steps']} steps, plain); "
+             f"{result['profiled_ms_per_step']:.2f} ms profiled"]  # fmt: skip
+    if busy is not None:
+        lines.append(f"device busy {busy:.2f} ms a step ({result['device_busy_share']:.0%}): "
+                     + ("the host limits the step" if result["device_busy_share"] < 0.8
+                        else "the device limits the step"))  # fmt: skip
+    if "kernels_per_step" in result:
+        lines.append(f"{result['kernels_per_step']:.0f} device events and "
+                     f"{result['host_ops_per_step']:.0f} host ops a step")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    params = {"first_step": args.first_step, "steps": args.steps, "top": args.top, "stop": True}
+    try:
+        result = run_measured("multigpu.callbacks.StepProfile", params, args.overrides, args.out)
+    except RuntimeError as err:
+        print(f"error: the run failed: {err}", file=sys.stderr)
+        return 1
+    if not result.get("complete"):
+        print(f"error: the run ended before step {args.first_step + 2 * args.steps}: "
+              "lower --first-step or --steps", file=sys.stderr)  # fmt: skip
+        return 1
+    print(json.dumps({**result, "overrides": args.overrides}, indent=2))
+    print(summary(result), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

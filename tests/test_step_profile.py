@@ -1,0 +1,76 @@
+"""Where a steady step's time goes (``multigpu.callbacks.step_profile``): a timed window of
+steps, then a profiled one, and the device's own work told apart from the host's ranges that
+torch also draws on the device's timeline."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, TINY, compose_config, run_module
+from torch.autograd import DeviceType
+from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
+
+from multigpu.callbacks.step_profile import summarise
+from multigpu.run.training import train
+
+
+def event(number: int, name: str, start: int, end: int, **kind) -> FunctionEventAvg:
+    """One event, as ``key_averages()`` gives it (each name once here)."""
+    averaged = FunctionEventAvg()
+    averaged.add(FunctionEvent(id=number, name=name, thread=0, start_us=start, end_us=end,
+                               use_device="cuda", **kind))  # fmt: skip
+    return averaged
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+def test_device_time_counts_kernels_not_the_annotated_ranges_around_them(steps):
+    """On a GPU, ``Optimizer.step#SGD.step`` and ``forward`` appear on the device's timeline
+    spanning the kernels inside them: counted too, the device looked busier than the step."""
+    cuda = {"device_type": DeviceType.CUDA}
+    kernels = {"sm90_conv_fprop": (10, 60), "triton_batch_norm": (60, 75), "sgd_foreach": (80, 88)}
+    events = [event(1, "aten::convolution", 0, 100), event(2, "aten::add_", 100, 104)]
+    events += [event(3 + i, name, *span, **cuda) for i, (name, span) in enumerate(kernels.items())]
+    events += [event(10, "Optimizer.step#SGD.step", 0, 95, is_user_annotation=True, **cuda)]
+    events += [event(11, "forward", 5, 70, is_user_annotation=True, **cuda)]
+    summary = summarise(events, steps, top=10)
+
+    kernel_us = sum(end - start for start, end in kernels.values())
+    assert summary["device_busy_ms_per_step"] == pytest.approx(kernel_us / 1000 / steps)
+    assert summary["kernels_per_step"] == pytest.approx(len(kernels) / steps)
+    assert [row["name"] for row in summary["top_device"]] == list(kernels)  # by time
+    assert {row["name"] for row in summary["top_host"]} == {"aten::convolution", "aten::add_"}
+    assert summary["host_ops_per_step"] == pytest.approx(2 / steps)
+
+
+def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
+    result = tmp_path / "profile.json"
+    overrides = [
+        *TINY,
+        *("data=synthetic", "data.num_train=512", "data.num_test=32", "data.batch_size=16"),
+        "+callbacks.profile._target_=multigpu.callbacks.StepProfile",
+        *("+callbacks.profile.first_step=4", "+callbacks.profile.steps=6"),
+        *("+callbacks.profile.stop=true", f"+callbacks.profile.path={result}"),
+    ]
+    record = train(compose_config(overrides, tmp_path / "run"))
+    profiled = json.loads(result.read_text())
+    assert profiled["complete"] and profiled["steps"] == 6
+    assert record["history"][-1]["partial_batches"] == 4 + 2 * 6  # stopped once both windows ended
+    assert 0 < profiled["ms_per_step"] < profiled["profiled_ms_per_step"] * 5
+    assert profiled["device_busy_ms_per_step"] is None  # a CPU has no device timeline
+    assert any("convolution" in row["name"] for row in profiled["top_host"])
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_the_command_prints_the_profile_and_refuses_a_window_past_the_run(tmp_path):
+    data = (*TINY, "data=synthetic", "data.num_train=256", "data.batch_size=16")
+    done = run_module("multigpu.tools.bench.step_profile", "--first-step", "2", "--steps", "4",
+                      *data, cwd=REPO)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["steps"] == 4
+    assert "ms per step" in done.stderr
+    done = run_module("multigpu.tools.bench.step_profile", "--first-step", "10", "--steps", "8",
+                      *data, cwd=REPO)  # fmt: skip
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines()[-1].startswith("error: the run ended before step 26")
