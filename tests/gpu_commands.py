@@ -46,6 +46,8 @@ EXACT = [
 ]
 TWO_REPLICAS = ["strategy=scatter_allreduce", "trainer.devices=[0,0]"]
 SPEED = ["model.channels_last=true", "model.compile=true", "trainer.precision=bf16-mixed"]
+# The same with CUDA graphs (experiment=speedrun_gpu's compile).
+CUDA_GRAPHS = [*SPEED[:1], "model.compile={mode:reduce-overhead}", *SPEED[2:]]
 
 
 def gpu_test_commands() -> dict[str, list[str]]:
@@ -57,6 +59,7 @@ def gpu_test_commands() -> dict[str, list[str]]:
                 *SMALL, *strategy, f"trainer.precision={precision}"
             ]  # fmt: skip
         found[f"speed[{name}]"] = [*SMALL, *strategy, *SPEED]
+        found[f"cuda_graphs[{name}]"] = [*SMALL, *strategy, *CUDA_GRAPHS]
         found[f"phases[{name}]"] = [*SMALL, *strategy, "trainer.max_epochs=2", "phases=true"]
     found["replicas_equal_one_device[single]"] = [*EXACT, *SYNTHETIC, "strategy=single"]
     found["replicas_equal_one_device[split]"] = [*EXACT, *SYNTHETIC, *TWO_REPLICAS]
@@ -123,8 +126,8 @@ def add(found: dict[str, list[str]], where: str, arguments: str) -> None:
 
 def acceptance_commands() -> dict[str, list[str]]:
     """The ``train.py`` runs of the GPU acceptance (``multigpu.tools.acceptance``): its speedrun
-    seeds, and the benchmark's whole-epoch recipes as the benchmark starts them where there is
-    a GPU."""
+    seeds, its step profiles, and the benchmark's whole-epoch recipes as the benchmark starts
+    them where there is a GPU."""
     from multigpu.config import settings
     from multigpu.tools import acceptance
     from multigpu.tools.bench import __main__ as bench
@@ -133,6 +136,7 @@ def acceptance_commands() -> dict[str, list[str]]:
         f"speedrun seed {seed}": acceptance.speedrun_overrides(seed, Path("speedrun"), False)
         for seed in acceptance.SPEEDRUN["seeds"]
     }
+    found |= {f"profile {name}": list(runs) for name, runs in acceptance.PROFILES.items()}
     counted, settings.cuda_device_count = settings.cuda_device_count, lambda: 1
     bench.has_cuda.cache_clear()
     try:

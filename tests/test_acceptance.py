@@ -17,6 +17,8 @@ import pytest
 from conftest import REPO, SHARED_DATA
 from gpu_commands import STRATEGIES
 
+from multigpu.tools import acceptance as acceptance_module
+
 pytestmark = pytest.mark.subprocess
 
 
@@ -113,7 +115,8 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     skipped = re.findall(
         r"^\| (test_\w+(?:\[[^\]]*\])?) \| skipped: needs a CUDA GPU", report, re.M
     )
-    assert len(skipped) == 2 * len(STRATEGIES) + 2 * len(STRATEGIES) + 3  # + phases on CUDA
+    # Per strategy: trains at 2 precisions, compiled with and without CUDA graphs, phases; + 3.
+    assert len(skipped) == 5 * len(STRATEGIES) + 3
     assert "| gpu tests | pass (0 passed, 0 failed," in report
     # Both whole-epoch configurations ran and were measured; the loader alone and the host
     # synchronisations too.
@@ -126,6 +129,10 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     assert re.search(r"^\| loader_d2l \| the (loader|step) limits the epoch", report, re.M)
     assert re.search(r"^\| host_syncs \| ran \(0 in \d+ steady steps, besides", report, re.M)
     assert (tmp_path / "junit.xml").is_file()
+    # Each step profile ran its windows and is in the table (a CPU: no device timeline).
+    for name in acceptance_module.PROFILES:
+        assert re.search(rf"^\| profile {name} \| ran \([\d.]+ ms a step; no device", report, re.M)
+        assert re.search(rf"^\| {name} \| [\d.]+ \| [\d.]+ \| - \| 0 \| \d+ \|", report, re.M)
     # The speedrun ran once per seed, each seed's record read back into the report.
     assert "| speedrun_gpu | ran (mean test acc " in report
     seeds = re.findall(r"^\| (\d) \| (0\.\d{4}) \|", report, re.M)

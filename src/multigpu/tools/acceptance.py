@@ -8,7 +8,8 @@ seeds against test accuracy 0.93 within 5 s of training and 30 s for the whole c
 (docs/speedrun.md); ``bench``, ``experiment=fast`` and the d2l recipe for 10 full-width epochs
 through ``python -m multigpu.tools.bench`` (s/epoch, test accuracy, TFLOP/s, MFU, peak GPU
 memory), the d2l recipe's input pipeline alone (does the loader or the step limit an epoch?)
-and the host-device synchronisations of a steady training step.
+and the host-device synchronisations of a steady training step; ``profile``, where a steady
+step's time goes, the host or the device, for each fast path (``PROFILES``).
 
 ``gpu.md`` and ``gpu.json`` are rewritten before and after every step: a step cut by its cap
 or a kill of the whole command leaves the finished steps in the report and the others named
@@ -45,7 +46,7 @@ from multigpu.tools.bench.bench_file import read_bench_file
 from multigpu.tools.markdown import cell, table
 
 REPO = Path(__file__).resolve().parents[3]
-PARTS = ("tests", "speedrun", "bench")
+PARTS = ("tests", "speedrun", "bench", "profile")
 # (s/epoch at most, test accuracy at least) of the whole-epoch recipes, on one H100.
 EPOCH_TARGETS = {"epoch_fast": (0.5, 0.91), "epoch_d2l": (2.0, 0.91)}
 # The GPU speedrun, each seed: test accuracy (the mean over the seeds) at least, training
@@ -64,10 +65,24 @@ SYNCS_WINDOW = {
 }
 SYNCS_BY_DESIGN = ("bar_loss.py", "divergence.py")  # every refresh_rate / n steps
 SYNCS_DRY = [*SPEEDRUN_DRY, "data.train_subset=2048", "data.test_subset=256"]
+# Where a steady step's time goes (the host or the device), for each fast path and the change
+# the last GPU run pointed at: CUDA graphs for ``fast``, NHWC for d2l (docs/gpu.md).
+PROFILES = {
+    "speedrun_gpu": ["experiment=speedrun_gpu"],
+    "fast": ["experiment=fast"],
+    "fast_cuda_graphs": ["experiment=fast", "model.compile={mode:reduce-overhead}"],
+    "d2l": ["experiment=d2l"],
+    "d2l_channels_last": ["experiment=d2l", "model.channels_last=true"],
+}
+PROFILE_WINDOW = {
+    False: ["--first-step", "30", "--steps", "20"],
+    True: ["--first-step", "2", "--steps", "3"],
+}
 # Each step's cap in seconds on a GPU (a dry run's are the same); the whole command's budget
 # (--budget) also bounds every step: a GPU rented by the minute.
-CAPS = {"tests": 120.0, "speedrun": 60.0, "epoch": 100.0, "loader": 40.0, "syncs": 60.0}
-BUDGET_S = 290.0  # with a GPU machine's start (about a minute), the whole check fits 6 minutes
+CAPS = {"tests": 150.0, "speedrun": 60.0, "epoch": 100.0, "loader": 40.0, "syncs": 60.0,
+        "profile": 60.0}  # fmt: skip
+BUDGET_S = 540.0  # every part (about 8 minutes on the H200) in one 10-minute call of a GPU machine
 PACKAGES = ("torch", "torchvision", "pytorch-lightning", "torchmetrics", "hydra-core", "omegaconf")
 UNFINISHED = ("pending", "running")
 
@@ -116,7 +131,14 @@ def steps(parts: set[str], out: Path, dry_run: bool, workers: int) -> list[Step]
         found.append(Step("bench", "loader_d2l", command, CAPS["loader"], read))
         command = [python, "-m", "multigpu.tools.bench.host_syncs", *SYNCS_WINDOW[dry_run]]
         command += ["experiment=fast", *(SYNCS_DRY if dry_run else [])]
-        found.append(Step("bench", "host_syncs", command, CAPS["syncs"], read_syncs))
+        read = read_printed("host_syncs.log")
+        found.append(Step("bench", "host_syncs", command, CAPS["syncs"], read))
+    if "profile" in parts:
+        for name, overrides in PROFILES.items():
+            command = [python, "-m", "multigpu.tools.bench.step_profile", *PROFILE_WINDOW[dry_run]]
+            command += [*overrides, *(SYNCS_DRY if dry_run else [])]
+            read = read_printed(f"profile_{name}.log")
+            found.append(Step("profile", f"profile {name}", command, CAPS["profile"], read))
     return found
 
 
@@ -175,15 +197,20 @@ def read_bench(name: str, folder: str | None = None) -> Callable[[Path], dict[st
     return read
 
 
-def read_syncs(out: Path) -> dict[str, Any]:
-    """The JSON the counter prints last (its log holds the run's lines before it)."""
-    log = out / "host_syncs.log"
-    text = log.read_text(errors="replace") if log.is_file() else ""
-    start = text.rfind("\n{") + 1
-    try:
-        return json.JSONDecoder().raw_decode(text[start:])[0] if text else {}
-    except json.JSONDecodeError:
-        return {}
+def read_printed(log_name: str) -> Callable[[Path], dict[str, Any]]:
+    """The JSON a measuring tool prints last (its log holds the run's lines before it, and the
+    tool's summary after it)."""
+
+    def read(out: Path) -> dict[str, Any]:
+        log = out / log_name
+        text = log.read_text(errors="replace") if log.is_file() else ""
+        start = text.rfind("\n{") + 1
+        try:
+            return json.JSONDecoder().raw_decode(text[start:])[0] if text else {}
+        except json.JSONDecodeError:
+            return {}
+
+    return read
 
 
 # Running a step under its cap --------------------------------------------------------------------
@@ -242,6 +269,8 @@ def verdicts(steps: list[Step], dry_run: bool) -> list[tuple[str, str]]:
             found.append((step.name, syncs_verdict(step, dry_run)))
         elif step.name == "loader_d2l":
             found.append((step.name, loader_verdict(step, steps)))
+        elif step.part == "profile":
+            found.append((step.name, profile_verdict(step)))
     speedrun = [s for s in steps if s.part == "speedrun"]
     if speedrun:
         found.append(("speedrun_gpu", speedrun_verdict(speedrun, dry_run)))
@@ -307,6 +336,21 @@ def loader_verdict(step: Step, steps: list[Step]) -> str:
     ratio = loader / epoch["images_per_s"]
     limit = "the loader limits the epoch" if ratio < 1.2 else "the step limits the epoch"
     return f"{limit} (loader alone {loader:.0f} images/s, {ratio:.1f}x the epoch's)"
+
+
+def profile_verdict(step: Step) -> str:
+    """Which side limits the step: measured, no target (it says what to speed up next)."""
+    if problem := failed(step):
+        return problem
+    result = step.state["result"]
+    if not result.get("complete"):
+        return "FAIL: the run ended before the profiled steps"
+    measured = f"{result['ms_per_step']:.2f} ms a step"
+    busy = result.get("device_busy_ms_per_step")
+    if busy is None:
+        return f"ran ({measured}; no device timeline)"
+    side = "the host" if busy < 0.8 * result["ms_per_step"] else "the device"
+    return f"{side} limits the step ({measured}, the device's kernels {busy:.2f} ms)"
 
 
 def speedrun_verdict(steps: list[Step], dry_run: bool) -> str:
@@ -384,6 +428,21 @@ def to_markdown(facts: dict[str, Any], steps: list[Step], dry_run: bool) -> str:
         )  # fmt: skip
         lines += ["", "TFLOP/s counts forward and backward FLOPs per image (PyTorch's counter); "
                   "MFU is that over the H100's dense bf16 peak (989 TFLOP/s)."]  # fmt: skip
+    profiles = [s for s in steps if s.part == "profile" and s.state.get("result")]
+    if profiles:
+        lines += ["", "## Where a step's time goes", ""]
+        lines += table(
+            ["configuration", "ms a step", "profiled", "kernels, ms a step", "device events",
+             "host ops"],
+            ([s.name.removeprefix("profile "), cell(r.get("ms_per_step"), "{:.2f}"),
+              cell(r.get("profiled_ms_per_step"), "{:.2f}"),
+              cell(r.get("device_busy_ms_per_step"), "{:.2f}"),
+              cell(r.get("kernels_per_step"), "{:.0f}"), cell(r.get("host_ops_per_step"), "{:.0f}")]
+             for s in profiles for r in [s.state["result"]]),
+        )  # fmt: skip
+        lines += ["", "Steady steps timed, then as many profiled (`python -m multigpu.tools."
+                  "bench.step_profile`, its window in the step's command); each configuration's "
+                  "log lists its costliest kernels and host ops."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
