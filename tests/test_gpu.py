@@ -13,7 +13,16 @@ import json
 import pytest
 import torch
 from conftest import compose_config, run_script
-from gpu_commands import EXACT, ON_GPU, SMALL, SPEED, STRATEGIES, SYNTHETIC, TWO_REPLICAS
+from gpu_commands import (
+    CUDA_GRAPHS,
+    EXACT,
+    ON_GPU,
+    SMALL,
+    SPEED,
+    STRATEGIES,
+    SYNTHETIC,
+    TWO_REPLICAS,
+)  # fmt: skip
 
 from multigpu.run.training import train
 from multigpu.storage.checkpoint import load_checkpoint, network_state
@@ -87,14 +96,11 @@ def test_memory_pipeline_keeps_its_data_on_the_gpu(tmp_path, data_root):
         torch.testing.assert_close(memory[name], expected, rtol=1e-4, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("speed", ["compile", "cuda_graphs"])
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
-def test_channels_last_and_compile_under_every_strategy(strategy, tmp_path):
-    recorded = run_on_gpu(
-        tmp_path,
-        *SMALL,
-        *STRATEGIES[strategy],
-        *SPEED,
-    )
+def test_channels_last_and_compile_under_every_strategy(strategy, speed, tmp_path):
+    options = {"compile": SPEED, "cuda_graphs": CUDA_GRAPHS}[speed]
+    recorded = run_on_gpu(tmp_path, *SMALL, *STRATEGIES[strategy], *options)
     assert recorded["status"] == "completed" and recorded["epochs"] == 1
 
 
