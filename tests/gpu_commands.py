@@ -126,8 +126,8 @@ def add(found: dict[str, list[str]], where: str, arguments: str) -> None:
 
 def acceptance_commands() -> dict[str, list[str]]:
     """The ``train.py`` runs of the GPU acceptance (``multigpu.tools.acceptance``): its speedrun
-    seeds, its step profiles, and the benchmark's whole-epoch recipes as the benchmark starts
-    them where there is a GPU."""
+    seeds and variants, its step profiles, and the benchmark's whole-epoch recipes as the
+    benchmark starts them where there is a GPU."""
     from multigpu.config import settings
     from multigpu.tools import acceptance
     from multigpu.tools.bench import __main__ as bench
@@ -136,6 +136,9 @@ def acceptance_commands() -> dict[str, list[str]]:
         f"speedrun seed {seed}": acceptance.speedrun_overrides(seed, Path("speedrun"), False)
         for seed in acceptance.SPEEDRUN["seeds"]
     }
+    speedrun = acceptance.speedrun_overrides(0, Path("speedrun"), False)
+    found |= {f"speedrun {name}": [*speedrun, *changes]
+              for name, changes in acceptance.SPEEDRUN_VARIANTS.items()}  # fmt: skip
     found |= {f"profile {name}": list(runs) for name, runs in acceptance.PROFILES.items()}
     counted, settings.cuda_device_count = settings.cuda_device_count, lambda: 1
     bench.has_cuda.cache_clear()

@@ -140,3 +140,13 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     for seed, acc in seeds:
         record = json.loads((tmp_path / "speedrun" / f"seed_{seed}" / "metrics.json").read_text())
         assert f"{record['test_acc']:.4f}" == acc and record["settings"]["seed"] == int(seed)
+    # Each variant ran once, with its change; every run's start-up and exit are timed apart.
+    for name, changes in acceptance_module.SPEEDRUN_VARIANTS.items():
+        assert re.search(rf"^\| {name} 0 \| 0\.\d{{4}} \|", report, re.M), report
+        given = tmp_path / "speedrun" / f"{name}_seed_0" / ".hydra" / "overrides.yaml"
+        assert all(change in given.read_text() for change in changes)
+    spans = re.findall(
+        r"^\| [\w ]+ \| 0\.\d{4} \|(?: [^|]+ \|){4} ([\d.]+) \| ([\d.]+) \|", report, re.M
+    )
+    assert len(spans) == 3 + len(acceptance_module.SPEEDRUN_VARIANTS), report
+    assert all(0 < float(up) < 60 and 0 < float(down) < 60 for up, down in spans)
