@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU acceptance in one command, on a machine with a CUDA GPU:
-#   bash scripts/gpu_acceptance.sh [all|tests|bench] [--cpu]   (in any order; --help lists all)
+#   bash scripts/gpu_acceptance.sh [all|tests|speedrun|bench|profile] [--cpu]   (in any order)
 # Installs the wheels of .whl/ (scripts/gpu_prepare.sh) when Hydra or pydantic is missing, reads the data
 # from .gpu-data/ unless MULTIGPU_DATA says otherwise, and writes gpu.md (and the logs) to $OUT,
 # or outputs/gpu when OUT is unset.

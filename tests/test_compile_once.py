@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, compose_config
+from conftest import TINY, compose_config, run_python
 from torch._dynamo.utils import counters
 
 from multigpu.models.compiled import compile_counts
@@ -76,3 +76,21 @@ def test_the_network_is_traced_from_a_frame_of_its_own():
     for module in (resnet18(width=2), Residual(2, 2)):
         source = Path(type(module).forward.__code__.co_filename)
         assert source.is_relative_to(package), source
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_a_cpu_compile_says_nothing_of_cuda(tmp_path):
+    """The CPU form of a GPU recipe compiles quietly: torch's warning that no CUDA runtime is
+    found (about building CUDA extensions) is not shown where no GPU is."""
+    script = (
+        "import torch\n"
+        "from multigpu.models.compiled import compile_network\n"
+        "net = torch.nn.Linear(2, 2)\n"
+        "compile_network(net, {})\n"
+        "net(torch.randn(3, 2)).sum().backward()\n"
+        "print('compiled')\n"
+    )
+    done = run_python("-c", script, cwd=tmp_path, timeout=300)
+    assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-2000:]
+    assert "CUDA" not in done.stderr, done.stderr[-2000:]

@@ -14,8 +14,10 @@ step's one shape, and the compile time counted apart from the epochs.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 COMPILE_DEFAULTS = {"dynamic": False}
@@ -25,6 +27,11 @@ COMPILE_TIMERS = ("entire_frame_compile", "entire_backward_compile")
 
 def compile_network(net: nn.Module, options: dict[str, Any]) -> None:
     """Compile ``net`` in place (``nn.Module.compile`` keeps its ``state_dict`` keys)."""
+    if not torch.cuda.is_available():
+        # Inductor imports torch.utils.cpp_extension, which warns on a machine without a GPU
+        # that "No CUDA runtime is found": about building CUDA extensions, which a CPU compile
+        # never does, and read by users of a recipe's CPU form as something gone wrong.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     net.compile(**{**COMPILE_DEFAULTS, **options})
 
 
