@@ -569,3 +569,53 @@ def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, batch
     with pytest.raises(UserError, match=r"^data.batch_size=32 is not used: data.batch_size_per_"):
         admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+BATCHES = st.sampled_from([16, 32, 48])
+
+
+@pytest.mark.slow  # a second an example: admission composes and checks the whole config
+@examples(20)
+@given(
+    experiment=st.sampled_from([[], ["experiment=study_two_devices", "~data.normalize"]]),
+    batch=st.one_of(st.none(), st.tuples(st.sampled_from(["", "++"]), BATCHES)),
+    per_device=st.one_of(st.just("absent"), st.none(), BATCHES),
+    deleted=st.booleans(),
+)
+def test_a_batch_size_is_refused_exactly_where_the_per_device_batch_overrules_it(
+    experiment, batch, per_device, deleted, tmp_path_factory
+):
+    """Whatever the command line holds (``data.batch_size`` given plainly or with ``++``,
+    deleted with ``~``, ``batch_size_per_device`` set, nulled or left to the config), admission
+    either refuses in one line a given batch size that the per-device batch makes unused, or
+    admits a run whose batch is the one the settings say: per device x devices where the
+    per-device batch is set, else ``data.batch_size`` (deleted, with nothing in its place: the
+    line that asks for one)."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    overrides = [*TINY, "data=synthetic", "strategy=scatter_allreduce", *experiment]
+    overrides += [] if batch is None else [f"{batch[0]}data.batch_size={batch[1]}"]
+    overrides += ["~data.batch_size"] if deleted and batch is None else []
+    if per_device != "absent":
+        overrides.append(
+            f"data.batch_size_per_device={'null' if per_device is None else per_device}"
+        )
+    folder = tmp_path_factory.mktemp("run") / "run"
+    cfg = compose_config(overrides, folder)
+    configured = OmegaConf.select(cfg, "data.batch_size_per_device")
+    machine = Machine(0, CORES, {}, False)
+    if configured is None and deleted and batch is None:
+        with pytest.raises(UserError, match=r"^data.batch_size=null must be a positive integer"):
+            admit(cfg, hydra_runtime(cfg)[0], machine, folder)
+        return
+    if configured is not None and batch is not None:
+        with pytest.raises(UserError, match=rf"^data.batch_size={batch[1]} is not used: "):
+            admit(cfg, hydra_runtime(cfg)[0], machine, folder)
+        assert not folder.exists()
+        return
+    run = admit(cfg, hydra_runtime(cfg)[0], machine, folder).run
+    devices = run.devices
+    expected = configured * devices if configured is not None else cfg.data.batch_size
+    assert run.batch_size == expected
