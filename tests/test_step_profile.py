@@ -61,6 +61,27 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
     assert any("convolution" in row["name"] for row in profiled["top_host"])
 
 
+@pytest.mark.slow  # a second run of the default one's kind
+def test_a_run_that_ends_inside_the_profiled_window_is_not_complete(tmp_path):
+    """32 steps an epoch: steps 4-19 timed, 20-31 profiled of the 16 asked, then the run ends.
+    What was profiled is summarised per step it held, and the result says it is cut."""
+    result = tmp_path / "profile.json"
+    overrides = [
+        *TINY,
+        *("data=synthetic", "data.num_train=512", "data.num_test=32", "data.batch_size=16"),
+        "+callbacks.profile._target_=multigpu.callbacks.StepProfile",
+        *("+callbacks.profile.first_step=4", "+callbacks.profile.steps=16"),
+        f"+callbacks.profile.path={result}",
+    ]
+    assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
+    profiled = json.loads(result.read_text())
+    assert not profiled["complete"]
+    assert profiled["ms_per_step"] > 0 and profiled["profiled_ms_per_step"] is None
+    assert any("convolution" in row["name"] for row in profiled["top_host"])
+    forward = next(row for row in profiled["top_host"] if row["name"] == "forward")
+    assert forward["calls_per_step"] == pytest.approx(1)  # 12 steps profiled, counted as 12
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_prints_the_profile_and_refuses_a_window_past_the_run(tmp_path):

@@ -27,12 +27,15 @@ NAME_CHARS = 90  # compiled kernels' names are long; enough to tell them apart
 
 
 class StepProfile(Callback):
-    """Times ``steps`` steps from training step ``first_step`` (as ``trainer.global_step``),
-    then profiles ``steps`` more; with ``stop``, training stops after them. ``result()`` (also
-    written to ``path`` when training ends, by rank 0): ``ms_per_step`` (plain),
-    ``profiled_ms_per_step``, ``device_busy_ms_per_step`` and ``device_busy_share`` (of the
-    profiled step; None on a CPU), ``kernels_per_step``, ``host_ops_per_step`` and the ``top``
-    device kernels and host ops by time per step."""
+    """Times ``steps`` training steps from step ``first_step`` (counted from 0, as
+    ``trainer.global_step``; at least 1), then profiles ``steps`` more; with ``stop``, training
+    stops after them. Both windows run from one step's end to another's, so each holds whole
+    steps (a batch's fetch included); they count batches (with gradient accumulation, several
+    a step). ``result()`` (also written to ``path`` when training ends, by rank 0):
+    ``complete`` (both windows ran whole), ``ms_per_step`` (plain), ``profiled_ms_per_step``,
+    ``device_busy_ms_per_step`` and ``device_busy_share`` (of the plain step; None on a CPU),
+    ``kernels_per_step``, ``host_ops_per_step`` and the ``top`` device kernels and host ops by
+    time per step."""
 
     def __init__(
         self,
@@ -40,11 +43,11 @@ class StepProfile(Callback):
         steps: int = 20,
         path: str | None = None,
         stop: bool = False,
-        top: int = 15,
+        top: int = 12,
     ):
         self.first_step, self.steps, self.stop, self.top = first_step, steps, stop, top
         self.path = Path(path) if path else None
-        self.window = "before"  # before, timed, profiled, done
+        self.window = "before"  # before, timed, profiled, done; cut: training ended inside one
         self.counted = 0
         self.started = 0.0
         self.timed_s: float | None = None
@@ -53,18 +56,15 @@ class StepProfile(Callback):
         self.summary: dict[str, Any] = {}
 
     @override
-    def on_train_batch_start(
-        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        if self.window == "before" and trainer.global_step == self.first_step:
-            self.device = trainer.strategy.root_device
-            self.window, self.counted, self.started = "timed", 0, self.drained()
-
-    @override
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
         batch_idx: int,
     ) -> None:  # fmt: skip
+        if self.window == "before":
+            if trainer.global_step >= self.first_step:  # step first_step - 1 has just ended
+                self.device = trainer.strategy.root_device
+                self.window, self.counted, self.started = "timed", 0, self.drained()
+            return
         if self.window not in ("timed", "profiled"):
             return
         self.counted += 1
@@ -77,18 +77,18 @@ class StepProfile(Callback):
             self.window, self.counted, self.started = "profiled", 0, self.drained()
         else:
             self.profiled_s = self.drained() - self.started
-            self.close()
+            self.close("done")
             trainer.should_stop = trainer.should_stop or self.stop
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.close()
+        self.close("cut")
         if self.path is not None and trainer.is_global_zero:
             write_json(self.path, self.result())
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
-        self.close()
+        self.close("cut")
 
     def drained(self) -> float:
         """The clock once the device has run everything queued (the window's ends only)."""
@@ -96,31 +96,36 @@ class StepProfile(Callback):
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def close(self) -> None:
+    def close(self, ending: str) -> None:
+        """Ends the window open, if any: ``done`` when it ran whole, ``cut`` when training
+        ended inside it (what was profiled is still summarised, per step it held)."""
+        if self.window not in ("timed", "profiled"):
+            return
         if self.profiler is not None:
             profiler, self.profiler = self.profiler, None
             profiler.__exit__(None, None, None)
             try:
-                self.summary = summarise(profiler.key_averages(), self.steps, self.top)
+                events = profiler.key_averages()
+                self.summary = summarise(events, max(self.counted, 1), self.top)
             except Exception as err:  # noqa: BLE001 - the timed window's figures stand alone
                 self.summary = {"summary_error": f"{type(err).__name__}: {err}"}
-            self.window = "done"
+        self.window = ending
 
     def result(self) -> dict[str, Any]:
         def per_step(seconds: float | None) -> float | None:
             return None if seconds is None else 1000 * seconds / self.steps
 
-        profiled = per_step(self.profiled_s)
+        plain = per_step(self.timed_s)
         busy = self.summary.get("device_busy_ms_per_step")
         return {
             "first_step": self.first_step,
             "steps": self.steps,
             "complete": self.window == "done",
             "device": str(getattr(self, "device", "?")),
-            "ms_per_step": per_step(self.timed_s),
-            "profiled_ms_per_step": profiled,
+            "ms_per_step": plain,
+            "profiled_ms_per_step": per_step(self.profiled_s),
             "device_busy_ms_per_step": busy,
-            "device_busy_share": busy / profiled if busy is not None and profiled else None,
+            "device_busy_share": busy / plain if busy is not None and plain else None,
             **{k: v for k, v in self.summary.items() if k != "device_busy_ms_per_step"},
         }
 

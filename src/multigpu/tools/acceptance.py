@@ -80,7 +80,7 @@ PROFILES = {
 }
 PROFILE_WINDOW = {
     False: ["--first-step", "30", "--steps", "20"],
-    True: ["--first-step", "2", "--steps", "3"],
+    True: ["--first-step", "2", "--steps", "2"],  # 8 steps an epoch (SYNCS_DRY)
 }
 # Each step's cap in seconds on a GPU (a dry run's are the same); the whole command's budget
 # (--budget) also bounds every step: a GPU rented by the minute.
@@ -296,6 +296,8 @@ def verdicts(steps: list[Step], dry_run: bool) -> list[tuple[str, str]]:
             found.append((step.name, loader_verdict(step, steps)))
         elif step.part == "profile":
             found.append((step.name, profile_verdict(step)))
+        elif step.part == "speedrun_variant":
+            found.append((step.name, variant_verdict(step)))
     speedrun = [s for s in steps if s.part == "speedrun"]
     if speedrun:
         found.append(("speedrun_gpu", speedrun_verdict(speedrun, dry_run)))
@@ -371,11 +373,23 @@ def profile_verdict(step: Step) -> str:
     if not result.get("complete"):
         return "FAIL: the run ended before the profiled steps"
     measured = f"{result['ms_per_step']:.2f} ms a step"
+    if "summary_error" in result:
+        return f"ran ({measured}; the profile could not be read: {result['summary_error']})"
     busy = result.get("device_busy_ms_per_step")
     if busy is None:
         return f"ran ({measured}; no device timeline)"
     side = "the host" if busy < 0.8 * result["ms_per_step"] else "the device"
     return f"{side} limits the step ({measured}, the device's kernels {busy:.2f} ms)"
+
+
+def variant_verdict(step: Step) -> str:
+    """A variant is measured against the speedrun's seeds, not judged."""
+    if problem := failed(step):
+        return problem
+    result = step.state["result"]
+    reached = "never" if result["train_s"] is None else f"{result['train_s']:.2f} s"
+    accuracy = cell(result["test_acc"], "{:.4f}")
+    return f"ran (test acc {accuracy}; training to {SPEEDRUN['accuracy']}: {reached})"
 
 
 def speedrun_verdict(steps: list[Step], dry_run: bool) -> str:

@@ -27,8 +27,7 @@ def parse_args(argv: list[str] | None = None):
         description=__doc__,
         formatter_class=DefaultsHelp,
     )
-    parser.add_argument("--first-step", type=number(0, 2**31 - 1, integer=True), default=30,
-                        help="first timed step")  # fmt: skip
+    parser.add_argument("--first-step", type=STEPS, default=30, help="first timed step")
     parser.add_argument("--steps", type=STEPS, default=20, help="steps timed, then profiled")
     parser.add_argument("--top", type=STEPS, default=12, help="kernels and host ops listed")
     parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
@@ -37,17 +36,17 @@ def parse_args(argv: list[str] | None = None):
 
 
 def summary(result: dict) -> str:
-    """Three lines a person reads first."""
-    busy = result.get("device_busy_ms_per_step")
+    """The lines a person reads first."""
     lines = [f"{result['ms_per_step']:.2f} ms per step ({result['steps']} steps, plain); "
              f"{result['profiled_ms_per_step']:.2f} ms profiled"]  # fmt: skip
-    if busy is not None:
-        lines.append(f"device busy {busy:.2f} ms a step ({result['device_busy_share']:.0%}): "
-                     + ("the host limits the step" if result["device_busy_share"] < 0.8
-                        else "the device limits the step"))  # fmt: skip
-    if "kernels_per_step" in result:
-        lines.append(f"{result['kernels_per_step']:.0f} device events and "
-                     f"{result['host_ops_per_step']:.0f} host ops a step")  # fmt: skip
+    if "summary_error" in result:
+        return "\n".join([*lines, f"the profile could not be read: {result['summary_error']}"])
+    busy, share = result.get("device_busy_ms_per_step"), result.get("device_busy_share")
+    if busy is not None and share is not None:
+        side = "the host" if share < 0.8 else "the device"
+        lines.append(f"device busy {busy:.2f} ms a step ({share:.0%}): {side} limits the step")
+    lines.append(f"{result['kernels_per_step']:.0f} device events and "
+                 f"{result['host_ops_per_step']:.0f} host ops a step")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -60,8 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the run failed: {err}", file=sys.stderr)
         return 1
     if not result.get("complete"):
-        print(f"error: the run ended before step {args.first_step + 2 * args.steps}: "
-              "lower --first-step or --steps", file=sys.stderr)  # fmt: skip
+        print(f"error: the run ended before step {args.first_step + 2 * args.steps}: lower "
+              "--first-step or --steps, or train longer", file=sys.stderr)  # fmt: skip
         return 1
     print(json.dumps({**result, "overrides": args.overrides}, indent=2))
     print(summary(result), file=sys.stderr)
