@@ -62,20 +62,23 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
 
 
 @pytest.mark.slow  # a second run of the default one's kind
-def test_a_run_that_ends_inside_the_profiled_window_is_not_complete(tmp_path):
-    """32 steps an epoch: steps 4-19 timed, 20-31 profiled of the 16 asked, then the run ends.
-    What was profiled is summarised per step it held, and the result says it is cut."""
+@pytest.mark.parametrize("epochs", [1, 2])
+def test_a_window_the_epoch_ends_inside_is_not_complete(epochs, tmp_path):
+    """32 steps an epoch: steps 4-19 timed, 20-31 profiled of the 16 asked, then the epoch
+    ends, and the evaluation would follow inside the window. What was profiled is summarised
+    per step it held, and the result says what cut it."""
     result = tmp_path / "profile.json"
     overrides = [
         *TINY,
         *("data=synthetic", "data.num_train=512", "data.num_test=32", "data.batch_size=16"),
+        f"trainer.max_epochs={epochs}",
         "+callbacks.profile._target_=multigpu.callbacks.StepProfile",
         *("+callbacks.profile.first_step=4", "+callbacks.profile.steps=16"),
         f"+callbacks.profile.path={result}",
     ]
-    assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
+    assert train(compose_config(overrides, tmp_path / "run"))["epochs"] == epochs
     profiled = json.loads(result.read_text())
-    assert not profiled["complete"]
+    assert not profiled["complete"] and profiled["cut_by"] == "an epoch's end"
     assert profiled["ms_per_step"] > 0 and profiled["profiled_ms_per_step"] is None
     assert any("convolution" in row["name"] for row in profiled["top_host"])
     forward = next(row for row in profiled["top_host"] if row["name"] == "forward")
@@ -84,14 +87,27 @@ def test_a_run_that_ends_inside_the_profiled_window_is_not_complete(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.subprocess
-def test_the_command_prints_the_profile_and_refuses_a_window_past_the_run(tmp_path):
+def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_path):
     data = (*TINY, "data=synthetic", "data.num_train=256", "data.batch_size=16")
-    done = run_module("multigpu.tools.bench.step_profile", "--first-step", "2", "--steps", "4",
-                      *data, cwd=REPO)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
+    tool = "multigpu.tools.bench.step_profile"
+    out = str(tmp_path / "kept")
+    done = run_module(tool, "--first-step", "2", *data, "--steps", "4", "--out", out, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]  # options after the overrides too
     assert json.loads(done.stdout)["steps"] == 4
     assert "ms per step" in done.stderr
-    done = run_module("multigpu.tools.bench.step_profile", "--first-step", "10", "--steps", "8",
-                      *data, cwd=REPO)  # fmt: skip
-    assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1].startswith("error: the run ended before step 26")
+    said = {
+        "the window past the epoch": ("--first-step", "10", "--steps", "8"),
+        "a kept run again": ("--first-step", "2", "--steps", "4", "--out", out),
+    }
+    lines, exits = {}, {}
+    for case, options in said.items():
+        done = run_module(tool, *options, *data, cwd=REPO)
+        exits[case], lines[case] = done.returncode, done.stderr.strip().splitlines()[-1]
+    assert exits == {"the window past the epoch": 1, "a kept run again": 2}
+    assert lines["the window past the epoch"].startswith(
+        "error: the run's steps 10-25 are not all in one epoch (an epoch's end came first)"
+    )
+    assert (
+        lines["a kept run again"]
+        == f"error: {out}/run holds an earlier measured run: pass another --out"
+    )

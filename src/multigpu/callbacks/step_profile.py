@@ -31,8 +31,9 @@ class StepProfile(Callback):
     ``trainer.global_step``; at least 1), then profiles ``steps`` more; with ``stop``, training
     stops after them. Both windows run from one step's end to another's, so each holds whole
     steps (a batch's fetch included); they count batches (with gradient accumulation, several
-    a step). ``result()`` (also written to ``path`` when training ends, by rank 0):
-    ``complete`` (both windows ran whole), ``ms_per_step`` (plain), ``profiled_ms_per_step``,
+    a step), and end at an epoch's end (``cut_by``), which the evaluation follows.
+    ``result()`` (also written to ``path`` when training ends, by rank 0): ``complete`` (both
+    windows ran whole), ``ms_per_step`` (plain), ``profiled_ms_per_step``,
     ``device_busy_ms_per_step`` and ``device_busy_share`` (of the plain step; None on a CPU),
     ``kernels_per_step``, ``host_ops_per_step`` and the ``top`` device kernels and host ops by
     time per step."""
@@ -48,6 +49,7 @@ class StepProfile(Callback):
         self.first_step, self.steps, self.stop, self.top = first_step, steps, stop, top
         self.path = Path(path) if path else None
         self.window = "before"  # before, timed, profiled, done; cut: training ended inside one
+        self.cut_by: str | None = None  # what ended a window early
         self.counted = 0
         self.started = 0.0
         self.timed_s: float | None = None
@@ -81,14 +83,19 @@ class StepProfile(Callback):
             trainer.should_stop = trainer.should_stop or self.stop
 
     @override
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """A window holds steps of one epoch: across its end it would hold the evaluation."""
+        self.close("cut", "an epoch's end")
+
+    @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.close("cut")
+        self.close("cut", "training's end")
         if self.path is not None and trainer.is_global_zero:
             write_json(self.path, self.result())
 
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
-        self.close("cut")
+        self.close("cut", "an error")
 
     def drained(self) -> float:
         """The clock once the device has run everything queued (the window's ends only)."""
@@ -96,11 +103,12 @@ class StepProfile(Callback):
             torch.cuda.synchronize(self.device)
         return time.perf_counter()
 
-    def close(self, ending: str) -> None:
-        """Ends the window open, if any: ``done`` when it ran whole, ``cut`` when training
-        ended inside it (what was profiled is still summarised, per step it held)."""
+    def close(self, ending: str, by: str | None = None) -> None:
+        """Ends the window open, if any: ``done`` when it ran whole, ``cut`` ``by`` what ended
+        it early (what was profiled is still summarised, per step it held)."""
         if self.window not in ("timed", "profiled"):
             return
+        self.cut_by = by
         if self.profiler is not None:
             profiler, self.profiler = self.profiler, None
             profiler.__exit__(None, None, None)
@@ -121,6 +129,7 @@ class StepProfile(Callback):
             "first_step": self.first_step,
             "steps": self.steps,
             "complete": self.window == "done",
+            "cut_by": self.cut_by,
             "device": str(getattr(self, "device", "?")),
             "ms_per_step": plain,
             "profiled_ms_per_step": per_step(self.profiled_s),

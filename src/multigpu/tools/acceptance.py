@@ -78,6 +78,8 @@ PROFILES = {
     "d2l": ["experiment=d2l"],
     "d2l_channels_last": ["experiment=d2l", "model.channels_last=true"],
 }
+# A dry run's profiles compile on the CPU as the GPU's do (the CUDA graphs left out there).
+PROFILE_DRY = [o for o in SYNCS_DRY if not o.startswith("model.compile")]
 PROFILE_WINDOW = {
     False: ["--first-step", "30", "--steps", "20"],
     True: ["--first-step", "2", "--steps", "2"],  # 8 steps an epoch (SYNCS_DRY)
@@ -147,7 +149,7 @@ def steps(parts: set[str], out: Path, dry_run: bool, workers: int) -> list[Step]
     if "profile" in parts:
         for name, overrides in PROFILES.items():
             command = [python, "-m", "multigpu.tools.bench.step_profile", *PROFILE_WINDOW[dry_run]]
-            command += [*overrides, *(SYNCS_DRY if dry_run else [])]
+            command += [*overrides, *(PROFILE_DRY if dry_run else [])]
             read = read_printed(log_name(f"profile {name}"))
             found.append(Step("profile", f"profile {name}", command, CAPS["profile"], read))
     return found
@@ -477,8 +479,9 @@ def to_markdown(facts: dict[str, Any], steps: list[Step], dry_run: bool) -> str:
              for s in profiles for r in [s.state["result"]]),
         )  # fmt: skip
         lines += ["", "Steady steps timed, then as many profiled (`python -m multigpu.tools."
-                  "bench.step_profile`, its window in the step's command); each configuration's "
-                  "log lists its costliest kernels and host ops."]  # fmt: skip
+                  "bench.step_profile`; each step's command, its window included, is in "
+                  "gpu.json); each configuration's log lists its costliest kernels and host "
+                  "ops."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
@@ -522,7 +525,7 @@ def environment() -> dict[str, Any]:
     facts: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M")}
     facts |= {"python": platform.python_version(), "cpu_cores": os.cpu_count()}
     facts.update({name: version(name) for name in PACKAGES})
-    facts["cuda"] = torch.version.cuda
+    facts["torch built for cuda"] = torch.version.cuda
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         facts["gpu"] = (

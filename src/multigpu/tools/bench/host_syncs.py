@@ -18,8 +18,9 @@ from __future__ import annotations
 import json
 import sys
 
+from multigpu.config.errors import UserError
 from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
-from multigpu.tools.bench.instrumented import run_measured
+from multigpu.tools.bench.instrumented import failure_line, run_measured
 
 STEPS = number(0, 2**31 - 1, integer=True)
 
@@ -36,7 +37,7 @@ def parse_args(argv: list[str] | None = None):
     )
     parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
     parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # options and overrides in any order
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,8 +47,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run_measured(
             "multigpu.callbacks.HostSyncCounter", params, args.overrides, args.out
         )
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except RuntimeError as err:
-        print(f"error: the run failed: {err}", file=sys.stderr)
+        print(failure_line(err), file=sys.stderr)
         return 1
     print(json.dumps({**result, "overrides": args.overrides}, indent=2))
     return 0

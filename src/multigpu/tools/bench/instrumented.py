@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from multigpu.config.errors import UserError
 from multigpu.tools.bench.__main__ import REPO, last_line
 
 RESULT = "result.json"
@@ -49,7 +50,10 @@ def run_measured(
     """``python train.py <overrides>`` with the callback ``target(**params)``, in ``out`` (a
     temporary folder when None), in ``env`` (default: this one); the callback's result. A run
     that fails raises ``RuntimeError`` with its last line (its log is ``train.out`` in
-    ``out``)."""
+    ``out``); an ``out`` that holds a run already raises ``UserError`` (a measured run stops
+    early: it would not train again)."""
+    if out is not None and (Path(out) / "run").exists():
+        raise UserError(f"{Path(out) / 'run'} holds an earlier measured run: pass another --out")
     with tempfile.TemporaryDirectory(prefix="measured-") as temporary:
         folder = Path(out or temporary)
         folder.mkdir(parents=True, exist_ok=True)
@@ -67,3 +71,10 @@ def run_measured(
         if done.returncode != 0 or not result.is_file():
             raise RuntimeError(last_line(log, done.returncode))
         return json.loads(result.read_text())
+
+
+def failure_line(err: RuntimeError) -> str:
+    """The one line a tool prints for a run that failed: the run's own ``error:`` line as it
+    is, anything else said to be the run's."""
+    said = str(err)
+    return said if said.startswith("error: ") else f"error: the run failed: {said}"

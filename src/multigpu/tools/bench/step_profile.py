@@ -4,8 +4,10 @@ steady step spends its time, the host or the device; prints JSON (``ms_per_step`
 
 The run is ``python train.py <overrides>``; after ``--first-step`` steps (warm-up, allocation,
 compilation) it times ``--steps`` steps, then profiles ``--steps`` more under
-``torch.profiler`` and stops (``multigpu.callbacks.step_profile``). A device busy for a small
-share of the step waits on the host.
+``torch.profiler`` and stops (``multigpu.callbacks.step_profile``). Both windows lie in one
+epoch (the evaluation after it is not a step's), and count batches (with
+``+trainer.accumulate_grad_batches=N``, N a step). A device busy for a small share of the step
+waits on the host. Timings are of this machine as it is: other work on it shows in them.
 
 Example: ``python -m multigpu.tools.bench.step_profile experiment=speedrun_gpu``.
 """
@@ -15,8 +17,9 @@ from __future__ import annotations
 import json
 import sys
 
+from multigpu.config.errors import UserError
 from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
-from multigpu.tools.bench.instrumented import run_measured
+from multigpu.tools.bench.instrumented import failure_line, run_measured
 
 STEPS = number(1, 2**31 - 1, integer=True)
 
@@ -32,7 +35,7 @@ def parse_args(argv: list[str] | None = None):
     parser.add_argument("--top", type=STEPS, default=12, help="kernels and host ops listed")
     parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
     parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
-    return parser.parse_args(argv)
+    return parser.parse_intermixed_args(argv)  # options and overrides in any order
 
 
 def summary(result: dict) -> str:
@@ -45,8 +48,12 @@ def summary(result: dict) -> str:
     if busy is not None and share is not None:
         side = "the host" if share < 0.8 else "the device"
         lines.append(f"device busy {busy:.2f} ms a step ({share:.0%}): {side} limits the step")
-    lines.append(f"{result['kernels_per_step']:.0f} device events and "
-                 f"{result['host_ops_per_step']:.0f} host ops a step")  # fmt: skip
+    if busy is not None:
+        lines.append(f"{result['kernels_per_step']:.0f} device events and "
+                     f"{result['host_ops_per_step']:.0f} host ops a step")  # fmt: skip
+    else:
+        lines.append(f"{result['host_ops_per_step']:.0f} host ops a step (a CPU: no device "
+                     "timeline)")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -55,12 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     params = {"first_step": args.first_step, "steps": args.steps, "top": args.top, "stop": True}
     try:
         result = run_measured("multigpu.callbacks.StepProfile", params, args.overrides, args.out)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except RuntimeError as err:
-        print(f"error: the run failed: {err}", file=sys.stderr)
+        print(failure_line(err), file=sys.stderr)
         return 1
     if not result.get("complete"):
-        print(f"error: the run ended before step {args.first_step + 2 * args.steps}: lower "
-              "--first-step or --steps, or train longer", file=sys.stderr)  # fmt: skip
+        last, ended = args.first_step + 2 * args.steps - 1, result.get("cut_by") or "its end"
+        print(f"error: the run's steps {args.first_step}-{last} are not all in one epoch "
+              f"({ended} came first): lower --first-step or --steps", file=sys.stderr)  # fmt: skip
         return 1
     print(json.dumps({**result, "overrides": args.overrides}, indent=2))
     print(summary(result), file=sys.stderr)
