@@ -8,6 +8,8 @@ import json
 
 import pytest
 from conftest import REPO, TINY, compose_config, run_module
+from hydra.utils import instantiate
+from torch import nn
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
 
@@ -63,26 +65,29 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
 
 @pytest.mark.slow  # a second run of the default one's kind
 @pytest.mark.parametrize("epochs", [1, 2])
-def test_a_window_the_epoch_ends_inside_is_not_complete(epochs, tmp_path):
-    """32 steps an epoch: steps 4-19 timed, 20-31 profiled of the 16 asked, then the epoch
-    ends, and the evaluation would follow inside the window. What was profiled is summarised
-    per step it held, and the result says what cut it."""
+def test_a_window_an_evaluation_falls_in_is_cut_before_it(epochs, tmp_path):
+    """32 steps an epoch: steps 4-19 timed, 20-31 profiled of the 16 asked, then the test set
+    is evaluated. The window ends before it: what was profiled holds training steps only (each
+    of the network's convolutions once a step), summarised per step it held; the result says
+    what cut it, and training goes on where nothing asks it to stop."""
     result = tmp_path / "profile.json"
     overrides = [
         *TINY,
-        *("data=synthetic", "data.num_train=512", "data.num_test=32", "data.batch_size=16"),
+        *("data=synthetic", "data.num_train=512", "data.num_test=256", "data.batch_size=16"),
         f"trainer.max_epochs={epochs}",
         "+callbacks.profile._target_=multigpu.callbacks.StepProfile",
         *("+callbacks.profile.first_step=4", "+callbacks.profile.steps=16"),
-        f"+callbacks.profile.path={result}",
+        *("+callbacks.profile.top=200", f"+callbacks.profile.path={result}"),
     ]
-    assert train(compose_config(overrides, tmp_path / "run"))["epochs"] == epochs
+    cfg = compose_config(overrides, tmp_path / "run")
+    assert train(cfg)["epochs"] == epochs
     profiled = json.loads(result.read_text())
-    assert not profiled["complete"] and profiled["cut_by"] == "an epoch's end"
+    assert not profiled["complete"] and profiled["cut_by"] == "an evaluation"
     assert profiled["ms_per_step"] > 0 and profiled["profiled_ms_per_step"] is None
-    assert any("convolution" in row["name"] for row in profiled["top_host"])
-    forward = next(row for row in profiled["top_host"] if row["name"] == "forward")
-    assert forward["calls_per_step"] == pytest.approx(1)  # 12 steps profiled, counted as 12
+    calls = {row["name"]: row["calls_per_step"] for row in profiled["top_host"]}
+    convolutions = sum(isinstance(m, nn.Conv2d) for m in instantiate(cfg.model.net).modules())
+    assert calls["aten::convolution"] == pytest.approx(convolutions)  # 12 steps, counted as 12
+    assert calls["forward"] == pytest.approx(1)
 
 
 @pytest.mark.slow
@@ -105,7 +110,7 @@ def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_p
         exits[case], lines[case] = done.returncode, done.stderr.strip().splitlines()[-1]
     assert exits == {"the window past the epoch": 1, "a kept run again": 2}
     assert lines["the window past the epoch"].startswith(
-        "error: the run's steps 10-25 are not all in one epoch (an epoch's end came first)"
+        "error: the run's steps 10-25 are not all in one epoch (an evaluation came first)"
     )
     assert (
         lines["a kept run again"]

@@ -31,7 +31,7 @@ class StepProfile(Callback):
     ``trainer.global_step``; at least 1), then profiles ``steps`` more; with ``stop``, training
     stops after them. Both windows run from one step's end to another's, so each holds whole
     steps (a batch's fetch included); they count batches (with gradient accumulation, several
-    a step), and end at an epoch's end (``cut_by``), which the evaluation follows.
+    a step), and an evaluation or an epoch's end cuts them (``cut_by``).
     ``result()`` (also written to ``path`` when training ends, by rank 0): ``complete`` (both
     windows ran whole), ``ms_per_step`` (plain), ``profiled_ms_per_step``,
     ``device_busy_ms_per_step`` and ``device_busy_share`` (of the plain step; None on a CPU),
@@ -46,6 +46,9 @@ class StepProfile(Callback):
         stop: bool = False,
         top: int = 12,
     ):
+        if min(first_step, steps, top) < 1:
+            raise ValueError(f"StepProfile(first_step={first_step}, steps={steps}, top={top}): "
+                             "each must be 1 or more")  # fmt: skip
         self.first_step, self.steps, self.stop, self.top = first_step, steps, stop, top
         self.path = Path(path) if path else None
         self.window = "before"  # before, timed, profiled, done; cut: training ended inside one
@@ -83,9 +86,14 @@ class StepProfile(Callback):
             trainer.should_stop = trainer.should_stop or self.stop
 
     @override
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        """An evaluation (after an epoch, or inside one with ``val_check_interval``) is not a
+        step's work: a window it falls in is cut before it runs."""
+        self.cut(trainer, "an evaluation")
+
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        """A window holds steps of one epoch: across its end it would hold the evaluation."""
-        self.close("cut", "an epoch's end")
+        self.cut(trainer, "an epoch's end")
 
     @override
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -96,6 +104,12 @@ class StepProfile(Callback):
     @override
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception) -> None:
         self.close("cut", "an error")
+
+    def cut(self, trainer: Trainer, by: str) -> None:
+        """Ends an open window early; with ``stop``, training too (nothing more to measure)."""
+        if self.window in ("timed", "profiled"):
+            self.close("cut", by)
+            trainer.should_stop = trainer.should_stop or self.stop
 
     def drained(self) -> float:
         """The clock once the device has run everything queued (the window's ends only)."""
@@ -111,8 +125,8 @@ class StepProfile(Callback):
         self.cut_by = by
         if self.profiler is not None:
             profiler, self.profiler = self.profiler, None
-            profiler.__exit__(None, None, None)
             try:
+                profiler.__exit__(None, None, None)
                 events = profiler.key_averages()
                 self.summary = summarise(events, max(self.counted, 1), self.top)
             except Exception as err:  # noqa: BLE001 - the timed window's figures stand alone

@@ -50,19 +50,21 @@ def run_measured(
     """``python train.py <overrides>`` with the callback ``target(**params)``, in ``out`` (a
     temporary folder when None), in ``env`` (default: this one); the callback's result. A run
     that fails raises ``RuntimeError`` with its last line (its log is ``train.out`` in
-    ``out``); an ``out`` that holds a run already raises ``UserError`` (a measured run stops
-    early: it would not train again)."""
-    if out is not None and (Path(out) / "run").exists():
-        raise UserError(f"{Path(out) / 'run'} holds an earlier measured run: pass another --out")
+    ``out``); a run folder (``out``'s ``run``, or the ``hydra.run.dir`` given) that exists
+    raises ``UserError`` (a measured run stops early: it would not train again)."""
     with tempfile.TemporaryDirectory(prefix="measured-") as temporary:
         folder = Path(out or temporary)
+        given = with_defaults(overrides, [f"hydra.run.dir={folder / 'run'}"])
+        run = Path(next(o for o in given if key_of(o) == "hydra.run.dir").split("=", 1)[1])
+        if run.exists():
+            raise UserError(f"{run} holds an earlier measured run: pass another --out")
         folder.mkdir(parents=True, exist_ok=True)
         result = folder / RESULT
         result.unlink(missing_ok=True)
         command = [
             sys.executable,
             str(REPO / "train.py"),
-            *with_defaults(overrides, [f"hydra.run.dir={folder / 'run'}"]),
+            *given,
             *callback_overrides(target, params, result),
         ]
         log = folder / "train.out"

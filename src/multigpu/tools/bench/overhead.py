@@ -32,6 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from multigpu.config.errors import UserError
 from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
 from multigpu.tools.bench.__main__ import WIDTH, last_line
 from multigpu.tools.bench.instrumented import run_measured, with_defaults
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         ours = run_measured(TARGET, params, overrides, ours_out, env=env)
         floor = run_floor(args, env, args.out)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except RuntimeError as err:
         print(f"error: a run failed: {err}", file=sys.stderr)
         return 1

@@ -5,7 +5,7 @@ steady step spends its time, the host or the device; prints JSON (``ms_per_step`
 The run is ``python train.py <overrides>``; after ``--first-step`` steps (warm-up, allocation,
 compilation) it times ``--steps`` steps, then profiles ``--steps`` more under
 ``torch.profiler`` and stops (``multigpu.callbacks.step_profile``). Both windows lie in one
-epoch (the evaluation after it is not a step's), and count batches (with
+epoch, before its evaluation (not a step's work), and count batches (with
 ``+trainer.accumulate_grad_batches=N``, N a step). A device busy for a small share of the step
 waits on the host. Timings are of this machine as it is: other work on it shows in them.
 
