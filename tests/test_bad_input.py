@@ -396,3 +396,60 @@ def test_a_rank_set_by_hand_is_refused_before_anything_is_written(tmp_path):
     text = "LOCAL_RANK=1 is set, but no launcher started this process"
     check_one_line_error(result, 2, text, tmp_path, started=False)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    """A width-4 run's folder, as train.py leaves it: its record and its checkpoints."""
+    from conftest import compose_config
+
+    from multigpu.run.training import train
+
+    folder = tmp_path_factory.mktemp("trained") / "run"
+    data = ["data=synthetic", "data.num_train=64", "data.num_test=32", "data.batch_size=32"]
+    assert train(compose_config([*TINY, *data], folder))["status"] == "completed"
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"), [("width", 8), ("num_classes", 5), ("norm", "none"), ("in_channels", 3)]
+)
+@pytest.mark.parametrize("key", ["ckpt_path", "init_from"])
+def test_a_network_its_run_did_not_train_is_refused_before_torch_reads_the_file(
+    key, setting, value, trained_run, monkeypatch
+):
+    """Its run's record names the network a checkpoint in ``<run>/checkpoints`` holds: another
+    shape is refused from it (0.5 s rather than 3 s), the file left unread."""
+    from multigpu.run import resume
+    from multigpu.storage import checkpoint as reader
+
+    def unread(path):
+        raise AssertionError(f"{path} was read")
+
+    monkeypatch.setattr(reader, "load_checkpoint", unread)
+    last = trained_run / "checkpoints" / "last.ckpt"
+    recorded = json.loads((trained_run / "metrics.json").read_text())["settings"]
+    net = {name: recorded[f"model.net.{name}"] for name in resume.NETWORK_SHAPE} | {setting: value}
+    with pytest.raises(UserError) as refused:
+        if key == "init_from":
+            resume.plan_init(str(last), trained_run.parent, net)
+        else:
+            resume.plan_resume(str(last), trained_run.parent, {}, [], 5, net)
+    was = recorded[f"model.net.{setting}"]
+    assert str(refused.value) == (
+        f"{key}={last} does not fit this network: it was trained with model.net.{setting}={was} "
+        f"(its run's metrics.json) and model.net.{setting}={value} is configured; pass "
+        f"model.net.{setting}={was}"
+    )
+
+
+def test_a_checkpoint_kept_apart_from_its_record_is_fitted_by_its_weights(trained_run, tmp_path):
+    """Copied out of its run folder, nothing names its network but the file: the weights'
+    check answers, after torch reads it."""
+    from multigpu.run import resume
+
+    kept = tmp_path / "kept" / "checkpoints" / "last.ckpt"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes((trained_run / "checkpoints" / "last.ckpt").read_bytes())
+    with pytest.raises(UserError, match=r"does not fit this network: parameter '0.weight' has"):
+        resume.plan_init(str(kept), tmp_path, {"width": 8, "num_classes": 10})

@@ -34,6 +34,9 @@ from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.record_file import BadRecord, read_record
 
+# The network settings its weights' shapes follow (its init, not: any weights fit it).
+NETWORK_SHAPE = ("width", "in_channels", "num_classes", "norm")
+
 log = logging.getLogger(__name__)
 
 
@@ -233,6 +236,7 @@ def plan_resume(
     """The checkpoint a resume continues, read whole and checked against the run, its
     network included (``net``: the configured ``model.net``), before anything is written."""
     path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
+    check_recorded_network(path, net, "ckpt_path")
     # torch: only once there is a file to read
     from multigpu.storage.checkpoint import (
         check_resumable,
@@ -258,8 +262,25 @@ def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Path
     """The checkpoint whose weights a new run starts from: read whole and fitted to the
     configured network now, so that a bad file is refused before anything is written."""
     path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
+    check_recorded_network(path, net, "init_from")
     read_fitting(path, net, "init_from")
     return path
+
+
+def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:
+    """Before torch loads: a checkpoint in its run's ``checkpoints`` folder was trained with
+    the network its run's record names, so a network of another shape is refused at once. The
+    weights' own check (``read_fitting``) stays, for a checkpoint kept elsewhere."""
+    record = record_beside(path) if path.parent.name == "checkpoints" else None
+    recorded = (record or {}).get("settings") or {}  # none readable: the weights answer
+    for name in NETWORK_SHAPE:
+        was, now = recorded.get(f"model.net.{name}"), net.get(name)
+        if was is not None and now is not None and was != now:
+            raise UserError(
+                f"{key}={path} does not fit this network: it was trained with model.net.{name}="
+                f"{was} (its run's metrics.json) and model.net.{name}={now} is configured; pass "
+                f"model.net.{name}={was}"
+            )
 
 
 def read_fitting(path: Path, net: dict[str, Any], key: str) -> dict[str, Any]:
