@@ -34,7 +34,7 @@ from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.record_file import BadRecord, read_record
 
-# The network settings its weights' shapes follow (its init, not: any weights fit it).
+# The network settings its weights' shapes follow (not its init: weights of any init fit it).
 NETWORK_SHAPE = ("width", "in_channels", "num_classes", "norm")
 
 log = logging.getLogger(__name__)
