@@ -18,41 +18,29 @@ from __future__ import annotations
 import json
 import sys
 
-from multigpu.config.errors import UserError
-from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
-from multigpu.tools.bench.instrumented import failure_line, run_measured
+from multigpu.tools.arguments import number
+from multigpu.tools.bench.instrumented import measure, parse_measuring_args
 
 STEPS = number(0, 2**31 - 1, integer=True)
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = OneLineParser(
-        prog="python -m multigpu.tools.bench.host_syncs",
-        description=__doc__,
-        formatter_class=DefaultsHelp,
-    )
+def window(parser) -> None:
     parser.add_argument("--first-step", type=STEPS, default=5, help="first counted step")
     parser.add_argument(
         "--steps", type=number(1, 2**31 - 1, integer=True), help="default: to the epoch's end"
     )
-    parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
-    parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
-    return parser.parse_intermixed_args(argv)  # options and overrides in any order
+
+
+def parse_args(argv: list[str] | None = None):
+    return parse_measuring_args("python -m multigpu.tools.bench.host_syncs", __doc__, window, argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     params = {"first_step": args.first_step, "steps": args.steps, "stop": True}
-    try:
-        result = run_measured(
-            "multigpu.callbacks.HostSyncCounter", params, args.overrides, args.out
-        )
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RuntimeError as err:
-        print(failure_line(err), file=sys.stderr)
-        return 1
+    result = measure("multigpu.callbacks.HostSyncCounter", params, args)
+    if isinstance(result, int):
+        return result
     print(json.dumps({**result, "overrides": args.overrides}, indent=2))
     return 0
 

@@ -12,10 +12,13 @@ import json
 import subprocess
 import sys
 import tempfile
+from argparse import Namespace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from multigpu.config.errors import UserError
+from multigpu.tools.arguments import DefaultsHelp, OneLineParser, output_folder
 from multigpu.tools.bench.__main__ import REPO, last_line
 
 RESULT = "result.json"
@@ -75,8 +78,28 @@ def run_measured(
         return json.loads(result.read_text())
 
 
-def failure_line(err: RuntimeError) -> str:
-    """The one line a tool prints for a run that failed: the run's own ``error:`` line as it
-    is, anything else said to be the run's."""
-    said = str(err)
-    return said if said.startswith("error: ") else f"error: the run failed: {said}"
+def parse_measuring_args(
+    prog: str, description: str, window: Callable[[OneLineParser], Any], argv: list[str] | None
+) -> Namespace:
+    """A measuring tool's command line: its ``window`` of steps, then ``--out`` and train.py's
+    overrides, in any order."""
+    parser = OneLineParser(prog=prog, description=description, formatter_class=DefaultsHelp)
+    window(parser)
+    parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
+    parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
+    return parser.parse_intermixed_args(argv)
+
+
+def measure(target: str, params: dict[str, Any], args: Namespace) -> dict[str, Any] | int:
+    """The measured run's result, or, after its one ``error:`` line, the exit status: 2 for
+    what the command was given, 1 for a run that failed (its own error line as it is)."""
+    try:
+        return run_measured(target, params, args.overrides, args.out)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RuntimeError as err:
+        said = str(err)
+        print(said if said.startswith("error: ") else f"error: the run failed: {said}",
+              file=sys.stderr)  # fmt: skip
+        return 1

@@ -17,25 +17,21 @@ from __future__ import annotations
 import json
 import sys
 
-from multigpu.config.errors import UserError
-from multigpu.tools.arguments import DefaultsHelp, OneLineParser, number, output_folder
-from multigpu.tools.bench.instrumented import failure_line, run_measured
+from multigpu.tools.arguments import number
+from multigpu.tools.bench.instrumented import measure, parse_measuring_args
 
 STEPS = number(1, 2**31 - 1, integer=True)
 
 
-def parse_args(argv: list[str] | None = None):
-    parser = OneLineParser(
-        prog="python -m multigpu.tools.bench.step_profile",
-        description=__doc__,
-        formatter_class=DefaultsHelp,
-    )
+def window(parser) -> None:
     parser.add_argument("--first-step", type=STEPS, default=30, help="first timed step")
     parser.add_argument("--steps", type=STEPS, default=20, help="steps timed, then profiled")
     parser.add_argument("--top", type=STEPS, default=12, help="kernels and host ops listed")
-    parser.add_argument("--out", type=output_folder, help="keep the run here (default: not kept)")
-    parser.add_argument("overrides", nargs="*", help="train.py's, e.g. experiment=fast")
-    return parser.parse_intermixed_args(argv)  # options and overrides in any order
+
+
+def parse_args(argv: list[str] | None = None):
+    prog = "python -m multigpu.tools.bench.step_profile"
+    return parse_measuring_args(prog, __doc__, window, argv)
 
 
 def summary(result: dict) -> str:
@@ -60,14 +56,9 @@ def summary(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     params = {"first_step": args.first_step, "steps": args.steps, "top": args.top, "stop": True}
-    try:
-        result = run_measured("multigpu.callbacks.StepProfile", params, args.overrides, args.out)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except RuntimeError as err:
-        print(failure_line(err), file=sys.stderr)
-        return 1
+    result = measure("multigpu.callbacks.StepProfile", params, args)
+    if isinstance(result, int):
+        return result
     if not result.get("complete"):
         last, ended = args.first_step + 2 * args.steps - 1, result.get("cut_by") or "its end"
         print(f"error: the run's steps {args.first_step}-{last} are not all in one epoch "
