@@ -54,7 +54,10 @@ def test_training_equals_a_plain_pytorch_loop(tmp_path, data_root):
     net = resnet18(width=4, init_std=0.01)
     net.load_state_dict(initial)
     net.train()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9, weight_decay=0.0005)
+    # fused: the shipped config's (model.optimizer.fused), whose multiply-adds round as one
+    optimizer = torch.optim.SGD(
+        net.parameters(), lr=0.05, momentum=0.9, weight_decay=0.0005, fused=True
+    )
     steps = 0
     for epoch in range(EPOCHS):
         order = torch.randperm(SAMPLES, generator=torch.Generator().manual_seed(SEED + epoch))

@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import TINY, compose_config
+from hydra.utils import instantiate
 
 from multigpu.models.classifier import ImageClassifier
-from multigpu.run.training import train
+from multigpu.run.fit import build_module
+from multigpu.run.training import resolve, train
 from multigpu.storage.checkpoint import load_checkpoint, network_state
 
 BATCH_SIZES: list[int] = []  # of every call into code the recording backend compiled
@@ -135,3 +137,44 @@ def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(
         expected.append(scheduled * factor)
     assert used == pytest.approx(expected, rel=1e-9)
     assert used[0] == pytest.approx(0.1) and max(used) < 0.2  # never the full 0.2 in epoch 1
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_shipped_optimizer_updates_each_group_in_one_operation(fused, tmp_path):
+    """``model.optimizer.fused=true`` (shipped): the speedrun's optimizer (momentum, Nesterov,
+    weight decay on the weights: two groups) runs one ``_fused_sgd_`` per group, where torch's
+    default runs several operations per parameter, each a kernel launch on a GPU; the update is
+    the default's, to rounding."""
+    overrides = [*TINY, "experiment=speedrun", "trainer.accelerator=cpu"]
+    cfg = compose_config([*overrides, f"model.optimizer.fused={str(fused).lower()}"], tmp_path)
+    module = build_module(cfg.model, resolve(cfg))
+    optimizer = instantiate(module.hparams.optimizer)(module.parameter_groups())  # as configured
+    default = torch.optim.SGD(
+        [
+            {**g, "params": [p.detach().clone() for p in g["params"]]}
+            for g in module.parameter_groups()
+        ],
+        **{k: v for k, v in optimizer.defaults.items() if k != "fused"},
+    )
+    for step in range(2):
+        for p, q in zip(default_params(optimizer), default_params(default), strict=True):
+            p.grad = torch.randn_like(p, generator=torch.Generator().manual_seed(step))
+            q.grad = p.grad.clone()
+        with torch.profiler.profile() as profile:
+            optimizer.step()
+        default.step()
+    names = [event.name for event in profile.events()]
+    groups, params = len(optimizer.param_groups), len(list(module.parameters()))
+    assert groups == 2
+    if fused:
+        assert names.count("aten::_fused_sgd_") == groups
+        assert len([n for n in names if n.startswith("aten::")]) < params
+    else:
+        assert names.count("aten::_fused_sgd_") == 0
+        assert len([n for n in names if n.startswith("aten::")]) > 2 * params
+    for p, q in zip(default_params(optimizer), default_params(default), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def default_params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]

@@ -46,6 +46,7 @@ IGNORED_KEYS = {
     "model.lr_scaling.base_batch",
     "model.channels_last",
     "model.compile",
+    "model.optimizer.fused",  # the same update, in fewer kernels
     "trainer.accelerator",
     "trainer.devices",
     "trainer.num_nodes",

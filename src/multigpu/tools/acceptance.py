@@ -70,9 +70,11 @@ SYNCS_WINDOW = {
 SYNCS_BY_DESIGN = ("bar_loss.py", "divergence.py")  # every refresh_rate / n steps
 SYNCS_DRY = [*SPEEDRUN_DRY, "data.train_subset=2048", "data.test_subset=256"]
 # Where a steady step's time goes (the host or the device), for each fast path and the change
-# the last GPU run pointed at: CUDA graphs for ``fast``, NHWC for d2l (docs/gpu.md).
+# the last GPU run pointed at: CUDA graphs for ``fast``, NHWC for d2l (docs/gpu.md); and the
+# speedrun with torch's default optimizer, against the fused one shipped since that run.
 PROFILES = {
     "speedrun_gpu": ["experiment=speedrun_gpu"],
+    "speedrun_gpu_unfused": ["experiment=speedrun_gpu", "model.optimizer.fused=false"],
     "fast": ["experiment=fast"],
     "fast_cuda_graphs": ["experiment=fast", "model.compile={mode:reduce-overhead}"],
     "d2l": ["experiment=d2l"],
