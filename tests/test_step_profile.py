@@ -13,7 +13,7 @@ from torch import nn
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import FunctionEvent, FunctionEventAvg
 
-from multigpu.callbacks.step_profile import summarise
+from multigpu.callbacks.step_profile import eager_ops, summarise
 from multigpu.run.training import train
 
 
@@ -45,6 +45,37 @@ def test_device_time_counts_kernels_not_the_annotated_ranges_around_them(steps):
     assert summary["host_ops_per_step"] == pytest.approx(2 / steps)
 
 
+def test_eager_ops_are_the_outermost_aten_calls_outside_compiled_graphs():
+    """What the host issues one by one: an op inside a compiled graph's call is the graph's,
+    one called by another op is part of it; a range that is no op (the optimizer's, autograd's)
+    hides nothing."""
+    calls: list[FunctionEvent] = []
+
+    def call(name: str, parent: FunctionEvent | None = None, **kind) -> FunctionEvent:
+        made = FunctionEvent(id=len(calls), name=name, thread=0, start_us=0, end_us=1, **kind)
+        if parent is not None:
+            made.set_cpu_parent(parent)
+        calls.append(made)
+        return made
+
+    for _ in range(2):  # steps
+        graph = call("## Call CompiledFxGraph f4izh3lj ##")
+        call("aten::empty", call("aten::convolution", graph))
+        call("aten::add_", call("Optimizer.step#SGD.step"))
+        call("aten::empty", call("aten::mul"))
+        call("aten::detach", call("torch::autograd::AccumulateGrad"))
+        call("triton_poi_fused_add_0", device_type=DeviceType.CUDA)
+    counted = eager_ops(calls, steps=2, top=2)
+    assert counted["eager_ops_per_step"] == 3
+    assert len(counted["top_eager"]) == 2
+    assert {row["name"] for row in counted["top_eager"]} < {
+        "aten::add_",
+        "aten::mul",
+        "aten::detach",
+    }
+    assert all(row["calls_per_step"] == 1 for row in counted["top_eager"])
+
+
 def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
     result = tmp_path / "profile.json"
     overrides = [
@@ -61,6 +92,8 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
     assert 0 < profiled["ms_per_step"] < profiled["profiled_ms_per_step"] * 5
     assert profiled["device_busy_ms_per_step"] is None  # a CPU has no device timeline
     assert any("convolution" in row["name"] for row in profiled["top_host"])
+    # Not compiled: each convolution of the network (20) is issued one by one, every step.
+    assert profiled["eager_ops_per_step"] > 20
 
 
 @pytest.mark.slow  # a second run of the default one's kind

@@ -36,7 +36,7 @@ class StepProfile(Callback):
     windows ran whole), ``ms_per_step`` (plain), ``profiled_ms_per_step``,
     ``device_busy_ms_per_step`` and ``device_busy_share`` (of the plain step; None on a CPU),
     ``kernels_per_step``, ``host_ops_per_step`` and the ``top`` device kernels and host ops by
-    time per step."""
+    time per step; ``eager_ops_per_step`` and the ``top_eager`` by calls (``eager_ops``)."""
 
     def __init__(
         self,
@@ -127,8 +127,9 @@ class StepProfile(Callback):
             profiler, self.profiler = self.profiler, None
             try:
                 profiler.__exit__(None, None, None)
-                events = profiler.key_averages()
-                self.summary = summarise(events, max(self.counted, 1), self.top)
+                steps = max(self.counted, 1)
+                self.summary = summarise(profiler.key_averages(), steps, self.top)
+                self.summary |= eager_ops(profiler.events(), steps, self.top)
             except Exception as err:  # noqa: BLE001 - the timed window's figures stand alone
                 self.summary = {"summary_error": f"{type(err).__name__}: {err}"}
         self.window = ending
@@ -192,4 +193,31 @@ def summarise(events: list, steps: int, top: int) -> dict[str, Any]:
         "host_ops_per_step": sum(e.count for e in host_ops) / steps,
         "top_device": [row(e, device_us(e)) for e in sorted(kernels, key=device_us)[::-1][:top]],
         "top_host": [row(e, host_us(e)) for e in sorted(host_ops, key=host_us)[::-1][:top]],
+    }
+
+
+COMPILED_GRAPH = (
+    "CompiledFxGraph"  # the range inductor's compiled graph (or its CUDA graph) runs in
+)
+
+
+def eager_ops(events: list, steps: int, top: int) -> dict[str, Any]:
+    """The ops the host issues one by one outside compiled graphs, per step: every ``aten::``
+    op not called by another one nor inside a compiled graph's call. On a GPU most are a kernel
+    launch each, which a CUDA graph does not cover: what is left to move into the graph (the
+    loss, the metrics, the optimizer) or to fuse. From the profile's ``events()``."""
+    counts: dict[str, int] = {}
+    for event in events:
+        if event.device_type != DeviceType.CPU or not event.name.startswith("aten::"):
+            continue
+        parent, eager = event.cpu_parent, True
+        while parent is not None and eager:
+            eager = not parent.name.startswith("aten::") and COMPILED_GRAPH not in parent.name
+            parent = parent.cpu_parent
+        if eager:
+            counts[event.name] = counts.get(event.name, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:top]
+    return {
+        "eager_ops_per_step": sum(counts.values()) / steps,
+        "top_eager": [{"name": name, "calls_per_step": n / steps} for name, n in ranked],
     }

@@ -1,6 +1,7 @@
 """``python -m multigpu.tools.bench.step_profile [options] [overrides]``: where a training run's
 steady step spends its time, the host or the device; prints JSON (``ms_per_step``,
-``device_busy_share``, kernels and host ops per step, the costliest of each) and a summary.
+``device_busy_share``, kernels and host ops per step, the costliest of each, and the ops issued
+one by one outside compiled graphs, ``eager_ops_per_step``) and a summary.
 
 The run is ``python train.py <overrides>``; after ``--first-step`` steps (warm-up, allocation,
 compilation) it times ``--steps`` steps, then profiles ``--steps`` more under
@@ -50,6 +51,9 @@ def summary(result: dict) -> str:
     else:
         lines.append(f"{result['host_ops_per_step']:.0f} host ops a step (a CPU: no device "
                      "timeline)")  # fmt: skip
+    if "eager_ops_per_step" in result:
+        lines.append(f"{result['eager_ops_per_step']:.0f} ops a step issued one by one outside "
+                     "compiled graphs")  # fmt: skip
     return "\n".join(lines)
 
 
