@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import TINY, compose_config, run_python
+from conftest import REPO, TINY, compose_config, run_python
 from torch._dynamo.utils import counters
 
 from multigpu.models.compiled import compile_counts
@@ -94,3 +94,55 @@ def test_a_cpu_compile_says_nothing_of_cuda(tmp_path):
     done = run_python("-c", script, cwd=tmp_path, timeout=300)
     assert done.returncode == 0 and "compiled" in done.stdout, done.stderr[-2000:]
     assert "CUDA" not in done.stderr, done.stderr[-2000:]
+
+
+def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(tmp_path, monkeypatch):
+    """Before the first epoch a compiled network runs its step on zeros of a training batch's
+    shape (``compiled.warm_up``): its BatchNorm statistics restored and its gradients dropped,
+    the run trains the weights it trains without it, bit for bit; its compile happens there,
+    with the first batch's shape (one graph), and its seconds are in the first epoch's
+    ``compile_s``."""
+    import multigpu.models.classifier as classifier
+
+    warmed: list[float] = []
+
+    def recorded(*args):
+        warmed.append(classifier_warm_up(*args))
+        return warmed[-1]
+
+    classifier_warm_up = classifier.warm_up
+    monkeypatch.setattr(classifier, "warm_up", recorded)
+    overrides = [*TINY, *WHOLE_BATCHES, "trainer.max_epochs=1"]
+    record = train(compose_config(overrides, tmp_path / "warm"))
+    assert len(warmed) == 1 and compile_counts()["graphs"] == 1
+    assert record["history"][0]["compile_s"] >= warmed[0] * (1 - 1e-6) > 0  # logged as float32
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(classifier, "warm_up", lambda *args: pytest.fail("warmed up"))
+    monkeypatch.setattr(classifier.ImageClassifier, "on_train_start", lambda self: None)
+    train(compose_config(overrides, tmp_path / "cold"))
+    weights = {name: load_weights(tmp_path / name) for name in ("warm", "cold")}
+    assert weights["warm"].keys() == weights["cold"].keys()
+    for name, value in weights["cold"].items():
+        torch.testing.assert_close(weights["warm"][name], value, rtol=0, atol=0, msg=name)
+
+
+def load_weights(run: Path) -> dict[str, torch.Tensor]:
+    from multigpu.storage.checkpoint import load_checkpoint, network_state
+
+    return network_state(load_checkpoint(run / "checkpoints" / "last.ckpt"))
+
+
+@pytest.mark.slow  # two DDP runs of two processes each
+def test_a_ddp_process_warms_up_without_exchanging_gradients(tmp_path):
+    """Under DDP each process warms its compiled network up before DDP's first forward, whose
+    gradient hooks ignore a backward until then: the run trains what the uncompiled one does."""
+    common = [*TINY, *WHOLE_BATCHES, "strategy=ddp", "trainer.devices=2", "data.num_train=128"]
+    for name, compiled in (("compiled", "{backend:eager}"), ("plain", "false")):
+        run = [*common, f"model.compile={compiled}", f"hydra.run.dir={tmp_path / name}"]
+        done = run_python(str(REPO / "train.py"), *run, cwd=tmp_path, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert "compiled (and warmed up) in" in (tmp_path / "compiled" / "train.log").read_text()
+    weights = {name: load_weights(tmp_path / name) for name in ("compiled", "plain")}
+    for name, value in weights["plain"].items():
+        torch.testing.assert_close(weights["compiled"][name], value, rtol=0, atol=0, msg=name)

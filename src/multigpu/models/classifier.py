@@ -16,7 +16,7 @@ from typing_extensions import override
 
 from multigpu.config.names import SCHEDULER_EPOCH_KEYS, Decayed, SchedulerInterval
 from multigpu.config.settings import plain
-from multigpu.models.compiled import compile_network, eager
+from multigpu.models.compiled import compile_network, eager, warm_up
 from multigpu.models.metrics import SampleMean
 from multigpu.models.phases import phase
 
@@ -87,6 +87,7 @@ class ImageClassifier(LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes, average="micro", validate_args=False)
         self.train_loss = SampleMean()
         self._metrics_logged = False  # train/loss and train/acc, once an epoch
+        self.warmup_s = 0.0  # the compiled step's warm-up, until EpochTimer counts it
 
     def prepare_network(self, net: nn.Module) -> None:
         """Memory format and compilation, in place: for the module's network and for every
@@ -112,6 +113,27 @@ class ImageClassifier(LightningModule):
         return eager(self.net, self.layout(images))
 
     @override
+    def on_train_start(self) -> None:
+        """A compiled network that runs whole in this process (one device, a DDP process; not
+        the replicas a strategy's ``run_network`` splits the batch over) is warmed up on zeros
+        of the first training batch's shape before the first epoch (``compiled.warm_up``).
+        Under DDP no gradient is exchanged: before its first forward DDP ignores them."""
+        strategy, data = self.trainer.strategy, self.trainer.datamodule
+        train_set = getattr(data, "train_set", None)
+        if self.compile_options is None or hasattr(strategy, "run_network") or train_set is None:
+            return
+        shard = -(-len(train_set) // self.trainer.world_size)  # EpochSampler's, evened out
+        size = (min(data.batch_size, shard), *train_set[0][0].shape)
+        device = strategy.root_device
+        images = self.layout(torch.zeros(size, device=device))
+        labels = torch.zeros(size[0], dtype=torch.long, device=device)
+        autocast = self.trainer.precision_plugin.train_step_context  # the training step's
+        self.warmup_s = warm_up(self.net, (images, labels), self.training_loss, autocast)
+
+    def training_loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
+
+    @override
     def on_train_epoch_start(self) -> None:
         lr = self.trainer.optimizers[0].param_groups[0]["lr"]
         self.log("train/lr", lr, on_step=False, on_epoch=True, sync_dist=True)  # same on all
@@ -127,7 +149,7 @@ class ImageClassifier(LightningModule):
         images, labels = batch
         with phase("forward"):
             logits = (network or self.net)(self.layout(images))
-        loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
+        loss = self.training_loss(logits, labels)
         self.train_loss.update(loss, labels.numel())  # on the device; computed at the epoch's end
         self.train_acc.update(logits.detach(), labels)
         if not self._metrics_logged:  # the metrics themselves: a log per step costs more

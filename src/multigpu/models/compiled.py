@@ -10,17 +10,26 @@ step's one shape, and the compile time counted apart from the epochs.
   falls back to compiling its blocks one by one, which is what ran on the first H100.
 - ``compile_seconds``: dynamo's own account of the time spent compiling (frames and their
   backward), which ``EpochTimer`` takes out of the epoch's time.
+- ``warm_up``: what a compiled step still pays at its first calls, after dynamo's compile
+  (CUDA graphs recorded, cuDNN's and Triton's autotuning), paid before the first epoch and
+  counted with the compile time.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 COMPILE_DEFAULTS = {"dynamic": False}
+# CUDA graph trees run a new graph once, record it at its second call and replay it from the
+# third: the first step that runs as every later one does.
+WARMUP_CALLS = 3
 # Dynamo's cumulative timers (nanoseconds) that together are the time spent compiling.
 COMPILE_TIMERS = ("entire_frame_compile", "entire_backward_compile")
 
@@ -63,3 +72,29 @@ def compile_counts() -> dict[str, int]:
         "recompile_limit_hits": counters["frames"].get("recompile_limit", 0)
         + counters["frames"].get("cache_size_limit", 0),
     }
+
+
+def warm_up(
+    net: nn.Module,
+    batch: tuple[Tensor, Tensor],
+    loss: Callable[[Tensor, Tensor], Tensor],
+    autocast: Callable[[], AbstractContextManager],
+) -> float:
+    """Seconds spent running the compiled ``net``'s forward and backward ``WARMUP_CALLS``
+    times on ``batch`` (a training batch's shape, strides and device, its values aside), then
+    undoing what they did: BatchNorm's running statistics copied back in place (a CUDA graph
+    reads them where it recorded them) and the gradients dropped. No optimizer step, no random
+    number drawn: training then computes what it would have computed without it."""
+    started = time.perf_counter()
+    buffers = [buffer.detach().clone() for buffer in net.buffers()]
+    for _ in range(WARMUP_CALLS):
+        with autocast():
+            value = loss(net(batch[0]), batch[1])
+        value.backward()
+    with torch.no_grad():
+        for buffer, saved in zip(net.buffers(), buffers, strict=True):
+            buffer.copy_(saved)
+    net.zero_grad(set_to_none=True)
+    if batch[0].device.type == "cuda":
+        torch.cuda.synchronize(batch[0].device)  # the recording and autotuning are done
+    return time.perf_counter() - started

@@ -125,7 +125,10 @@ class Epoch(Measured):
     test_loss: float | None = about("test loss after the epoch")
     val_acc: Fraction | None = about("validation accuracy (null without a validation split)")
     samples_per_s: Amount | None = about("training samples per second over the epoch")
-    compile_s: Amount | None = about("seconds spent compiling in it (null when not compiled)")
+    compile_s: Amount | None = about(
+        "seconds spent compiling in it, the first epoch's with the compiled step's warm-up "
+        "before it (null when not compiled)"
+    )
     wall_s: Amount | None = about(
         "seconds since the run's start at the end of the epoch's evaluation"
     )
@@ -171,7 +174,8 @@ class Record(FileModel):
         "all samples over all the time of those epochs (of the partial ones when none ran whole)"
     )
     compile_s: Amount | None = about(
-        "seconds spent compiling (model.compile), over all epochs; null when not compiled"
+        "seconds spent compiling (model.compile) and warming the compiled step up, over all "
+        "epochs; null when not compiled"
     )
     epochs: Count | None = about(
         "epochs run (a resumed run counts the epochs of the run it resumed)"
