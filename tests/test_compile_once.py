@@ -96,12 +96,15 @@ def test_a_cpu_compile_says_nothing_of_cuda(tmp_path):
     assert "CUDA" not in done.stderr, done.stderr[-2000:]
 
 
-def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(tmp_path, monkeypatch):
+@pytest.mark.parametrize("precision", ["32-true", "bf16-true"])
+def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(
+    precision, tmp_path, monkeypatch
+):
     """Before the first epoch a compiled network runs its step on zeros of a training batch's
     shape (``compiled.warm_up``): its BatchNorm statistics restored and its gradients dropped,
     the run trains the weights it trains without it, bit for bit; its compile happens there,
-    with the first batch's shape (one graph), and its seconds are in the first epoch's
-    ``compile_s``."""
+    with the first batch's shape (one graph), in the batches' precision (a ``bf16-true``
+    network's bf16), and its seconds are in the first epoch's ``compile_s``."""
     import multigpu.models.classifier as classifier
 
     warmed: list[float] = []
@@ -112,7 +115,7 @@ def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(tmp_path
 
     classifier_warm_up = classifier.warm_up
     monkeypatch.setattr(classifier, "warm_up", recorded)
-    overrides = [*TINY, *WHOLE_BATCHES, "trainer.max_epochs=1"]
+    overrides = [*TINY, *WHOLE_BATCHES, "trainer.max_epochs=1", f"trainer.precision={precision}"]
     record = train(compose_config(overrides, tmp_path / "warm"))
     assert len(warmed) == 1 and compile_counts()["graphs"] == 1
     assert record["history"][0]["compile_s"] >= warmed[0] * (1 - 1e-6) > 0  # logged as float32
@@ -133,16 +136,18 @@ def load_weights(run: Path) -> dict[str, torch.Tensor]:
     return network_state(load_checkpoint(run / "checkpoints" / "last.ckpt"))
 
 
-@pytest.mark.slow  # two DDP runs of two processes each
-def test_a_ddp_process_warms_up_without_exchanging_gradients(tmp_path):
-    """Under DDP each process warms its compiled network up before DDP's first forward, whose
-    gradient hooks ignore a backward until then: the run trains what the uncompiled one does."""
+@pytest.mark.slow  # a DDP run of two processes
+def test_a_ddp_process_is_not_warmed_up(tmp_path):
+    """Under DDP the network is compiled inside DDP's forward, which splits its graph at the
+    gradient buckets (the exchange overlaps the backward): a warm-up outside it would have
+    compiled it whole first. The run trains what the uncompiled one does."""
     common = [*TINY, *WHOLE_BATCHES, "strategy=ddp", "trainer.devices=2", "data.num_train=128"]
     for name, compiled in (("compiled", "{backend:eager}"), ("plain", "false")):
         run = [*common, f"model.compile={compiled}", f"hydra.run.dir={tmp_path / name}"]
         done = run_python(str(REPO / "train.py"), *run, cwd=tmp_path, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
-    assert "compiled (and warmed up) in" in (tmp_path / "compiled" / "train.log").read_text()
+    log = (tmp_path / "compiled" / "train.log").read_text()
+    assert "compiled in" in log and "warming the step up" not in log
     weights = {name: load_weights(tmp_path / name) for name in ("compiled", "plain")}
     for name, value in weights["plain"].items():
         torch.testing.assert_close(weights["compiled"][name], value, rtol=0, atol=0, msg=name)

@@ -259,6 +259,22 @@ def test_precision_aliases_resolve_and_fp16_needs_cuda(tmp_path):
         resolve_on(compose_config(["trainer.precision=16-true"], tmp_path))
 
 
+@pytest.mark.parametrize("fused", ["true", "false"])
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
+def test_fp16_clipping_needs_an_optimizer_that_is_not_fused(fused, precision, tmp_path):
+    """fp16's loss scaler unscales a fused optimizer's gradients in its step, after clipping:
+    Lightning refuses it at the first step; here, before anything starts. bf16 has no scaler."""
+    overrides = [f"trainer.precision={precision}", f"model.optimizer.fused={fused}"]
+    cfg = compose_config([*overrides, "+trainer.gradient_clip_val=1.0"], tmp_path)
+    if fused == "true" and precision == "16-mixed":
+        with pytest.raises(UserError, match=r"model.optimizer.fused=false: fp16's loss scaler"):
+            resolve_on(cfg, cuda_devices=1)
+    else:
+        assert resolve_on(cfg, cuda_devices=1).precision == precision
+    unclipped = compose_config(overrides, tmp_path)
+    assert resolve_on(unclipped, cuda_devices=1).precision == precision
+
+
 def test_compiled_dataparallel_is_refused_on_several_gpus(tmp_path):
     overrides = ["strategy=dp", "trainer.devices=2", "model.compile=true"]
     with pytest.raises(UserError, match="scatter_allreduce"):

@@ -64,6 +64,7 @@ def test_eager_ops_are_the_outermost_aten_calls_outside_compiled_graphs():
         call("aten::add_", call("Optimizer.step#SGD.step"))
         call("aten::empty", call("aten::mul"))
         call("aten::detach", call("torch::autograd::AccumulateGrad"))
+        call("aten::empty", call("aten::pin_memory"))  # the loader's thread
         call("triton_poi_fused_add_0", device_type=DeviceType.CUDA)
     counted = eager_ops(calls, steps=2, top=2)
     assert counted["eager_ops_per_step"] == 3
@@ -84,6 +85,7 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
         "+callbacks.profile._target_=multigpu.callbacks.StepProfile",
         *("+callbacks.profile.first_step=4", "+callbacks.profile.steps=6"),
         *("+callbacks.profile.stop=true", f"+callbacks.profile.path={result}"),
+        "+callbacks.profile.top=100",
     ]
     record = train(compose_config(overrides, tmp_path / "run"))
     profiled = json.loads(result.read_text())
@@ -93,7 +95,8 @@ def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
     assert profiled["device_busy_ms_per_step"] is None  # a CPU has no device timeline
     assert any("convolution" in row["name"] for row in profiled["top_host"])
     # Not compiled: each convolution of the network (20) is issued one by one, every step.
-    assert profiled["eager_ops_per_step"] > 20
+    eager = {row["name"]: row["calls_per_step"] for row in profiled["top_eager"]}
+    assert eager["aten::conv2d"] == 20 and profiled["eager_ops_per_step"] > 20
 
 
 @pytest.mark.slow  # a second run of the default one's kind

@@ -23,8 +23,8 @@ class EpochTimer(Callback):
     The clock pauses while the test set is evaluated inside the epoch. The seconds a compiled
     network spent compiling in the epoch (dynamo's own account) are taken out of ``epoch_s``
     and logged as ``time/compile_s``: the epochs time the training, the record the compiling.
-    The first epoch's ``compile_s`` also holds the compiled step's warm-up before it
-    (``ImageClassifier.warmup_s``), which no epoch's clock saw.
+    The ``compile_s`` of the first epoch the run trains also holds the compiled step's warm-up
+    before it (``ImageClassifier.warmup_s``), which no epoch's clock saw.
     """
 
     def __init__(self) -> None:
@@ -76,8 +76,9 @@ class EpochTimer(Callback):
             pl_module.log("time/compile_s", compiling + warmup_s, on_epoch=True, sync_dist=True)
             if trainer.current_epoch == 0 and trainer.is_global_zero:
                 counts = compile_counts()
-                logger.info("compiled (and warmed up) in %.1f s: %d graph(s), %d graph "
-                            "break(s), recompile limit hit %d time(s)", compiling + warmup_s,
+                warmed = f" ({warmup_s:.1f} s of it warming the step up)" if warmup_s else ""
+                logger.info("compiled in %.1f s%s: %d graph(s), %d graph break(s), recompile "
+                            "limit hit %d time(s)", compiling + warmup_s, warmed,
                             counts["graphs"], counts["graph_breaks"],
                             counts["recompile_limit_hits"])  # fmt: skip
         rate = self._samples / self._elapsed

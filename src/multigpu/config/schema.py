@@ -190,9 +190,10 @@ class Net(Node):  # multigpu.models.resnet18's arguments
 
 class Optimizer(Node):
     """SGD's arguments: those that change what is trained, and ``fused``, which runs the same
-    update as one kernel per parameter group (on a GPU the host launches one kernel instead of
-    dozens; on a CPU the step is 3-5x faster). The other implementation switches (foreach,
-    differentiable: fused takes neither) and maximize (it would climb the loss) are left out."""
+    update as one operation per parameter group (on a GPU one kernel launch instead of several
+    per parameter; on this CPU the speedrun's optimizer step took 0.56 ms against 1.89 at width
+    16). The other implementation switches (foreach, differentiable: fused takes neither) and
+    maximize (it would climb the loss) are left out."""
 
     what = "the optimizer"
     lr: float = setting(0.1, "a positive number", gt=0)

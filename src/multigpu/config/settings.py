@@ -221,7 +221,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_val_interval(trainer, data, batch_size // processes, processes)
     check_evaluation_shares(data, processes, choices)
     lr = scaled_lr(model, batch_size)
-    check_optimizer(model["optimizer"])
+    check_optimizer(model["optimizer"], trainer, precision)
     check_schedule(model, trainer, lr)
     per_node = len(ids) if placement == PER_DEVICE else 1
     num_workers, pin_memory = loader_defaults(data, accelerator, machine.cpu_cores, per_node)
@@ -759,8 +759,19 @@ def scaled_lr(model: dict[str, Any], batch_size: int) -> float:
     return scaled
 
 
-def check_optimizer(optimizer: Mapping[str, Any]) -> None:
-    """SGD's Nesterov momentum needs a momentum and no dampening (else SGD refuses mid-setup)."""
+def check_optimizer(
+    optimizer: Mapping[str, Any], trainer: Mapping[str, Any], precision: str
+) -> None:
+    """SGD's Nesterov momentum needs a momentum and no dampening (else SGD refuses mid-setup);
+    fp16's loss scaler cannot unscale a fused optimizer's gradients before they are clipped
+    (Lightning refuses it at the first step)."""
+    clip = trainer.get("gradient_clip_val") or 0
+    if optimizer.get("fused") and precision == "16-mixed" and clip > 0:
+        raise UserError(
+            f"trainer.gradient_clip_val={clip} with trainer.precision=16-mixed needs "
+            "model.optimizer.fused=false: fp16's loss scaler leaves a fused optimizer's "
+            "gradients scaled until its step, too late to clip them (or use bf16-mixed)"
+        )
     if optimizer.get("nesterov") and (
         optimizer.get("momentum", 0) <= 0 or optimizer.get("dampening", 0) != 0
     ):

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
 from pytorch_lightning import LightningModule
+from pytorch_lightning.strategies import SingleDeviceStrategy
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
@@ -114,20 +115,24 @@ class ImageClassifier(LightningModule):
 
     @override
     def on_train_start(self) -> None:
-        """A compiled network that runs whole in this process (one device, a DDP process; not
-        the replicas a strategy's ``run_network`` splits the batch over) is warmed up on zeros
-        of the first training batch's shape before the first epoch (``compiled.warm_up``).
-        Under DDP no gradient is exchanged: before its first forward DDP ignores them."""
+        """A compiled network on one device is warmed up on zeros of the first training batch's
+        shape before the first epoch (``compiled.warm_up``), as the loop will hand them over
+        (``convert_input``: a ``bf16-true`` network's bf16). Not under DDP, whose compile must
+        first see the network inside DDP's forward to split its graph at the gradient buckets
+        (the exchange then overlaps the backward), nor over the replicas a strategy's
+        ``run_network`` splits the batch over."""
         strategy, data = self.trainer.strategy, self.trainer.datamodule
         train_set = getattr(data, "train_set", None)
-        if self.compile_options is None or hasattr(strategy, "run_network") or train_set is None:
+        one_device = isinstance(strategy, SingleDeviceStrategy)
+        if self.compile_options is None or not one_device or hasattr(strategy, "run_network"):
             return
-        shard = -(-len(train_set) // self.trainer.world_size)  # EpochSampler's, evened out
-        size = (min(data.batch_size, shard), *train_set[0][0].shape)
-        device = strategy.root_device
-        images = self.layout(torch.zeros(size, device=device))
+        if train_set is None:  # a data module of another kind: its batches' shape is unknown
+            return
+        size = (min(data.batch_size, len(train_set)), *train_set[0][0].shape)
+        device, precision = strategy.root_device, self.trainer.precision_plugin
+        images = self.layout(precision.convert_input(torch.zeros(size, device=device)))
         labels = torch.zeros(size[0], dtype=torch.long, device=device)
-        autocast = self.trainer.precision_plugin.train_step_context  # the training step's
+        autocast = precision.train_step_context  # the training step's, made for each pass
         self.warmup_s = warm_up(self.net, (images, labels), self.training_loss, autocast)
 
     def training_loss(self, logits: Tensor, labels: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ step's one shape, and the compile time counted apart from the epochs.
   backward), which ``EpochTimer`` takes out of the epoch's time.
 - ``warm_up``: what a compiled step still pays at its first calls, after dynamo's compile
   (CUDA graphs recorded, cuDNN's and Triton's autotuning), paid before the first epoch and
-  counted with the compile time.
+  counted with the compile time (on one device: ``ImageClassifier.on_train_start``).
 """
 
 from __future__ import annotations

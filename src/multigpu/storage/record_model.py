@@ -126,8 +126,8 @@ class Epoch(Measured):
     val_acc: Fraction | None = about("validation accuracy (null without a validation split)")
     samples_per_s: Amount | None = about("training samples per second over the epoch")
     compile_s: Amount | None = about(
-        "seconds spent compiling in it, the first epoch's with the compiled step's warm-up "
-        "before it (null when not compiled)"
+        "seconds spent compiling in it, and in the first epoch the run trains, warming the "
+        "compiled step up before it (null when not compiled)"
     )
     wall_s: Amount | None = about(
         "seconds since the run's start at the end of the epoch's evaluation"
