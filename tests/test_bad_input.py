@@ -12,9 +12,11 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import hypothesis.strategies as st
 import pytest
 import torch
 from conftest import TINY, copy_raw, run_script, write_gz
+from hypothesis import given
 
 from multigpu.config.errors import UserError
 from multigpu.models import resnet18
@@ -441,6 +443,45 @@ def test_a_network_its_run_did_not_train_is_refused_before_torch_reads_the_file(
         f"(its run's metrics.json) and model.net.{setting}={value} is configured; pass "
         f"model.net.{setting}={was}"
     )
+
+
+SHAPES = {  # each network-shape setting: the values a record and a config may hold
+    "width": st.integers(1, 2048),
+    "in_channels": st.integers(1, 4),
+    "num_classes": st.integers(2, 100),
+    "norm": st.sampled_from(["batch", "none"]),
+}
+
+
+@given(
+    recorded=st.fixed_dictionaries({}, optional=SHAPES),
+    configured=st.fixed_dictionaries({}, optional=SHAPES),
+    beside_its_record=st.booleans(),
+)
+def test_a_record_refuses_exactly_the_network_shapes_it_names_otherwise(
+    recorded, configured, beside_its_record
+):
+    """Generated: a checkpoint in its run's ``checkpoints`` folder is refused before torch
+    when, and only when, its record and the config both name a shape setting with two values;
+    the first such setting is the one said, with the record's value as the fix. Elsewhere the
+    record is not read and the weights answer."""
+    from multigpu.run import resume
+
+    folder = "checkpoints" if beside_its_record else "kept"
+    path = Path("/nowhere/run") / folder / "last.ckpt"
+    record = {"settings": {f"model.net.{k}": v for k, v in recorded.items()}}
+    differ = [k for k in resume.NETWORK_SHAPE if k in recorded and k in configured]
+    differ = [k for k in differ if recorded[k] != configured[k]] if beside_its_record else []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(resume, "record_beside", lambda checkpoint: record)
+        if not differ:
+            resume.check_recorded_network(path, configured, "init_from")
+            return
+        with pytest.raises(UserError) as refused:
+            resume.check_recorded_network(path, configured, "init_from")
+    first = differ[0]
+    assert f"model.net.{first}={recorded[first]} (its run's metrics.json)" in str(refused.value)
+    assert str(refused.value).endswith(f"pass model.net.{first}={recorded[first]}")
 
 
 def test_a_checkpoint_kept_apart_from_its_record_is_fitted_by_its_weights(trained_run, tmp_path):
