@@ -271,7 +271,13 @@ def test_quiet_drops_only_the_noise(caplog):
     assert [str(w.message) for w in shown] == ["something about the user's run"]
     lightning = logging.getLogger("pytorch_lightning.utilities.rank_zero")
     kept = ["`Trainer.fit` stopped: No training batches.", "Restoring states from ckpt"]
+    kept += ["`Trainer(limit_train_batches=0.5)` was configured so 50% of the batches per epoch "
+             "will be used.."]  # fmt: skip
     with caplog.at_level(logging.INFO):
+        lightning.info("`Trainer(limit_train_batches=1.0)` was configured so 100% of the batches "
+                       "per epoch will be used..")  # fmt: skip
+        lightning.info("`Trainer(limit_val_batches=1.0)` was configured so 100% of the batches "
+                       "will be used..")  # fmt: skip
         lightning.info("💡 Tip: For seamless cloud logging ...")
         lightning.info("GPU available: False, used: False")
         lightning.info("TPU available: False, using: 0 TPU cores")

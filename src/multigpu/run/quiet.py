@@ -17,6 +17,9 @@ that asks nothing of the user and changes nothing in it.
   scheduler stepped per optimizer step asks for the epoch's length;
 - "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]" on every CUDA run: the run's first line says
   which devices it uses;
+- "`Trainer(limit_train_batches=1.0)` was configured so 100% of the batches ... will be used",
+  for a config that spells out the default (``experiment=speedrun_gpu``: every batch); a
+  limit below it is still said;
 - the hint to call ``torch.set_float32_matmul_precision`` on a GPU with tensor cores: the
   config's ``float32_matmul_precision`` sets it for every run (``high`` by default), so the
   hint would only repeat a choice made there (or come from a spawned DDP worker, which checks
@@ -38,6 +41,7 @@ WARNINGS = (
     (UserWarning, r"The `srun` command is available on your system but is not used"),
     (UserWarning, r"The number of training batches \(\d+\) is smaller than the logging interval"),
 )
+SPLITS = ("train", "val", "test", "predict")
 # The start of each Lightning info line left out ("GPU available but not used" is a warning,
 # which stays: it asks something of the user).
 LOG_MESSAGES = (
@@ -51,6 +55,7 @@ LOG_MESSAGES = (
     "-" * 100 + "\ndistributed_backend=",
     "You are using a CUDA device (",
     "LOCAL_RANK: ",
+    *(f"`Trainer(limit_{split}_batches=1.0)` was configured so 100%" for split in SPLITS),
 )
 LIGHTNING_LOGGERS = (
     "pytorch_lightning.utilities.rank_zero",
