@@ -6,6 +6,7 @@ shows in seconds what inductor would be handed."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,24 @@ def test_a_ddp_process_is_not_warmed_up(tmp_path):
         done = run_python(str(REPO / "train.py"), *run, cwd=tmp_path, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
     log = (tmp_path / "compiled" / "train.log").read_text()
-    assert "compiled in" in log and "warming the step up" not in log
+    assert "compiled in" in log and "warmed up" not in log
     weights = {name: load_weights(tmp_path / name) for name in ("compiled", "plain")}
     for name, value in weights["plain"].items():
         torch.testing.assert_close(weights["compiled"][name], value, rtol=0, atol=0, msg=name)
+
+
+def test_a_resumed_compiled_run_says_what_compiling_took(tmp_path, caplog):
+    """The compile line is the first trained epoch's, which a resume's is not the run's first."""
+    overrides = [*TINY, *WHOLE_BATCHES, "trainer.max_epochs=1"]
+    train(compose_config(overrides, tmp_path / "run"))
+    torch._dynamo.reset()
+    resumed = [
+        *overrides,
+        "trainer.max_epochs=2",
+        f"ckpt_path={tmp_path}/run/checkpoints/last.ckpt",
+    ]
+    with caplog.at_level(logging.INFO, logger="multigpu.callbacks.epoch_timer"):
+        record = train(compose_config(resumed, tmp_path / "resumed"))
+    assert record["epochs"] == 2 and record["history"][1]["compile_s"] > 0
+    said = [r.getMessage() for r in caplog.records if r.name == "multigpu.callbacks.epoch_timer"]
+    assert len(said) == 1 and said[0].startswith("compiled and warmed up in ")

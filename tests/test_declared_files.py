@@ -25,6 +25,7 @@ from multigpu.storage.phases_model import Phases
 from multigpu.storage.record import RunRecord, summarize
 from multigpu.storage.record_file import BadRecord, read_phases, read_record, upgrade
 from multigpu.storage.record_model import (
+    MAX_DEVICES,
     REPEATED,
     SCHEMA,
     STATUSES,
@@ -169,6 +170,7 @@ def agreeing_run(run: dict[str, Any]) -> dict[str, Any]:
         run |= {"devices": 1, "device_ids": [0], "num_nodes": 1}
     ids, nodes = run.get("device_ids"), run.get("num_nodes")
     if isinstance(run.get("devices"), int) and None not in (ids, nodes):
+        run["num_nodes"] = nodes = min(nodes, MAX_DEVICES // max(len(ids), 1))  # the bound
         run["devices"] = len(ids) * nodes
         if not run["devices"]:
             run |= {"devices": 1, "device_ids": [0], "num_nodes": 1}

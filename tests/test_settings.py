@@ -259,20 +259,23 @@ def test_precision_aliases_resolve_and_fp16_needs_cuda(tmp_path):
         resolve_on(compose_config(["trainer.precision=16-true"], tmp_path))
 
 
-@pytest.mark.parametrize("fused", ["true", "false"])
-@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed"])
-def test_fp16_clipping_needs_an_optimizer_that_is_not_fused(fused, precision, tmp_path):
-    """fp16's loss scaler unscales a fused optimizer's gradients in its step, after clipping:
-    Lightning refuses it at the first step; here, before anything starts. bf16 has no scaler."""
+@pytest.mark.parametrize("fused", ["true", "false", "null"])
+@pytest.mark.parametrize("precision", ["16-mixed", "bf16-mixed", "32-true", "bf16-true"])
+@pytest.mark.parametrize("clip", [0.0, 1.0])
+def test_the_update_is_fused_where_lightning_can_clip_it(fused, precision, clip, tmp_path):
+    """Lightning clips no fused optimizer's gradients under mixed precision (it would unscale
+    fp16's itself, after the clipping): null fuses everywhere else, an explicit true there is
+    refused before anything starts, false never fuses."""
     overrides = [f"trainer.precision={precision}", f"model.optimizer.fused={fused}"]
-    cfg = compose_config([*overrides, "+trainer.gradient_clip_val=1.0"], tmp_path)
-    if fused == "true" and precision == "16-mixed":
-        with pytest.raises(UserError, match=r"model.optimizer.fused=false: fp16's loss scaler"):
+    cfg = compose_config([*overrides, f"+trainer.gradient_clip_val={clip}"], tmp_path)
+    refused = clip > 0 and precision.endswith("-mixed")
+    if fused == "true" and refused:
+        with pytest.raises(UserError, match=r"^model.optimizer.fused=true with trainer.gradient"):
             resolve_on(cfg, cuda_devices=1)
-    else:
-        assert resolve_on(cfg, cuda_devices=1).precision == precision
-    unclipped = compose_config(overrides, tmp_path)
-    assert resolve_on(unclipped, cuda_devices=1).precision == precision
+        return
+    run = resolve_on(cfg, cuda_devices=1)
+    assert run.fused == {"true": True, "false": False, "null": not refused}[fused]
+    assert run.record()["fused"] == run.fused
 
 
 def test_compiled_dataparallel_is_refused_on_several_gpus(tmp_path):

@@ -136,15 +136,20 @@ def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]  # options after the overrides too
     assert json.loads(done.stdout)["steps"] == 4
     assert "ms per step" in done.stderr
+    refused_out = tmp_path / "refused"
     said = {
         "the window past the epoch": ("--first-step", "10", "--steps", "8"),
         "a kept run again": ("--first-step", "2", "--steps", "4", "--out", out),
+        "a typo": ("--out", str(refused_out), "model.optimizer.fussed=false"),
     }
     lines, exits = {}, {}
     for case, options in said.items():
         done = run_module(tool, *options, *data, cwd=REPO)
         exits[case], lines[case] = done.returncode, done.stderr.strip().splitlines()[-1]
-    assert exits == {"the window past the epoch": 1, "a kept run again": 2}
+    assert exits == {"the window past the epoch": 1, "a kept run again": 2, "a typo": 2}
+    # train.py's own line for what it was given, and nothing left of the --out it would use
+    assert lines["a typo"].startswith("error: model.optimizer.fussed is not a setting")
+    assert not refused_out.exists()
     assert lines["the window past the epoch"].startswith(
         "error: the run's steps 10-25 are not all in one epoch (an evaluation came first)"
     )

@@ -40,8 +40,9 @@ NAMED = {
     "key_learning_rate": (  # Hydra's _target_ and _partial_ are as close, and never meant
         "config",
         ["model.optimizer.learning_rate=0.1"],
-        "model.optimizer.learning_rate is not a setting: did you mean model.optimizer.lr?",
-        ["model.optimizer.lr"],
+        "model.optimizer.learning_rate is not a setting: did you mean model.optimizer.dampening "
+        "or model.optimizer.lr?",
+        ["model.optimizer.dampening", "model.optimizer.lr"],
     ),
     "key_hydra_target": (
         "config",

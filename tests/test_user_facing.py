@@ -348,7 +348,9 @@ def test_a_run_applies_its_matmul_precision_and_hints_workers_only_where_they_ex
 @pytest.mark.subprocess
 @pytest.mark.slow  # spawns DDP workers (12 s): CI's slow suite runs it
 def test_spawned_ddp_workers_compute_with_the_runs_matmul_precision(tmp_path):
-    """A spawned process starts with torch's default (``highest``): the run sets its own."""
+    """A spawned process starts with torch's default (``highest``) and no logging: the run sets
+    its own precision, and its epochs' lines reach the console and ``train.log`` as under every
+    other strategy (without what Lightning says on every run)."""
     probes = str(Path(__file__).resolve().parent)
     result = run_script(
         "train.py",
@@ -360,6 +362,7 @@ def test_spawned_ddp_workers_compute_with_the_runs_matmul_precision(tmp_path):
         "data.num_test=64",
         "data.batch_size=64",
         "float32_matmul_precision=medium",
+        "callbacks.progress_bar={_target_:multigpu.callbacks.ProgressBar,lines:true}",
         "+callbacks.probe._target_=probes.MatmulPrecisionProbe",
         f"+callbacks.probe.path={tmp_path / 'precision'}",
         cwd=tmp_path,
@@ -367,6 +370,9 @@ def test_spawned_ddp_workers_compute_with_the_runs_matmul_precision(tmp_path):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "precision").read_text() == "medium"
+    (log,) = tmp_path.glob("outputs/**/train.log")
+    for said in (result.stdout, log.read_text()):
+        assert "Epoch 1/1: " in said and "Initializing distributed" not in said
 
 
 def test_closing_lines_say_how_the_run_did_and_where_it_is(tmp_path, monkeypatch):

@@ -74,12 +74,11 @@ class EpochTimer(Callback):
             self._elapsed = max(self._elapsed - compiling, 1e-9)
             warmup_s, pl_module.warmup_s = getattr(pl_module, "warmup_s", 0.0), 0.0
             pl_module.log("time/compile_s", compiling + warmup_s, on_epoch=True, sync_dist=True)
-            if trainer.current_epoch == 0 and trainer.is_global_zero:
+            if not self.epoch_s and trainer.is_global_zero:  # the first epoch this run trains
                 counts = compile_counts()
-                warmed = f" ({warmup_s:.1f} s of it warming the step up)" if warmup_s else ""
-                logger.info("compiled in %.1f s%s: %d graph(s), %d graph break(s), recompile "
-                            "limit hit %d time(s)", compiling + warmup_s, warmed,
-                            counts["graphs"], counts["graph_breaks"],
+                logger.info("compiled%s in %.1f s: %d graph(s), %d graph break(s), recompile "
+                            "limit hit %d time(s)", " and warmed up" if warmup_s else "",
+                            compiling + warmup_s, counts["graphs"], counts["graph_breaks"],
                             counts["recompile_limit_hits"])  # fmt: skip
         rate = self._samples / self._elapsed
         self.epoch_s.append(self._elapsed)

@@ -192,8 +192,9 @@ class Optimizer(Node):
     """SGD's arguments: those that change what is trained, and ``fused``, which runs the same
     update as one operation per parameter group (on a GPU one kernel launch instead of several
     per parameter; on this CPU the speedrun's optimizer step took 0.56 ms against 1.89 at width
-    16). The other implementation switches (foreach, differentiable: fused takes neither) and
-    maximize (it would climb the loss) are left out."""
+    16); null: fused where Lightning can step it (``settings.fused_update``). The other
+    implementation switches (foreach, differentiable: fused takes neither) and maximize (it
+    would climb the loss) are left out."""
 
     what = "the optimizer"
     lr: float = setting(0.1, "a positive number", gt=0)
@@ -201,7 +202,7 @@ class Optimizer(Node):
     dampening: float = setting(0.0, "between 0 and 1", ge=0, le=1)
     weight_decay: float = setting(0.0, "0 or more", ge=0)
     nesterov: bool = False
-    fused: bool = True
+    fused: bool | None = None
 
 
 class LrScaling(Node):

@@ -129,6 +129,7 @@ class Run:
     data: str  # the ``data`` group's option
     num_workers: int = 0  # loader processes of each training process (``loader_defaults``)
     pin_memory: bool = False  # page-locked host batches, copied to the GPU asynchronously
+    fused: bool = False  # SGD's update in one operation per group (``fused_update``)
 
     @property
     def placement(self) -> str:
@@ -221,7 +222,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_val_interval(trainer, data, batch_size // processes, processes)
     check_evaluation_shares(data, processes, choices)
     lr = scaled_lr(model, batch_size)
-    check_optimizer(model["optimizer"], trainer, precision)
+    check_optimizer(model["optimizer"])
     check_schedule(model, trainer, lr)
     per_node = len(ids) if placement == PER_DEVICE else 1
     num_workers, pin_memory = loader_defaults(data, accelerator, machine.cpu_cores, per_node)
@@ -247,6 +248,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         data=choices.get("data", "?"),
         num_workers=num_workers,
         pin_memory=pin_memory,
+        fused=fused_update(model["optimizer"], trainer, precision),
     )
 
 
@@ -759,19 +761,8 @@ def scaled_lr(model: dict[str, Any], batch_size: int) -> float:
     return scaled
 
 
-def check_optimizer(
-    optimizer: Mapping[str, Any], trainer: Mapping[str, Any], precision: str
-) -> None:
-    """SGD's Nesterov momentum needs a momentum and no dampening (else SGD refuses mid-setup);
-    fp16's loss scaler cannot unscale a fused optimizer's gradients before they are clipped
-    (Lightning refuses it at the first step)."""
-    clip = trainer.get("gradient_clip_val") or 0
-    if optimizer.get("fused") and precision == "16-mixed" and clip > 0:
-        raise UserError(
-            f"trainer.gradient_clip_val={clip} with trainer.precision=16-mixed needs "
-            "model.optimizer.fused=false: fp16's loss scaler leaves a fused optimizer's "
-            "gradients scaled until its step, too late to clip them (or use bf16-mixed)"
-        )
+def check_optimizer(optimizer: Mapping[str, Any]) -> None:
+    """SGD's Nesterov momentum needs a momentum and no dampening (else SGD refuses mid-setup)."""
     if optimizer.get("nesterov") and (
         optimizer.get("momentum", 0) <= 0 or optimizer.get("dampening", 0) != 0
     ):
@@ -780,6 +771,22 @@ def check_optimizer(
             f"{optimizer.get('momentum', 0)}) and model.optimizer.dampening=0 (it is "
             f"{optimizer.get('dampening', 0)})"
         )
+
+
+def fused_update(optimizer: Mapping[str, Any], trainer: Mapping[str, Any], precision: str) -> bool:
+    """``model.optimizer.fused``, or (null) fused wherever Lightning can step it: not with
+    gradient clipping under mixed precision, which Lightning refuses (at the first step) for an
+    optimizer that would unscale fp16's gradients itself, after they were to be clipped."""
+    clip, fused = trainer.get("gradient_clip_val") or 0, optimizer.get("fused")
+    refused = clip > 0 and precision.endswith("-mixed")
+    if fused and refused:
+        raise UserError(
+            f"model.optimizer.fused=true with trainer.gradient_clip_val={clip} under "
+            f"trainer.precision={precision}: Lightning clips no fused optimizer's gradients "
+            "under mixed precision; use model.optimizer.fused=null (fused where it can be) "
+            "or false"
+        )
+    return not refused if fused is None else fused
 
 
 def check_schedule(model: Mapping[str, Any], trainer: Mapping[str, Any], lr: float) -> None:

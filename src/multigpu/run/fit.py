@@ -86,7 +86,7 @@ def build_module(node: DictConfig, run: Run) -> ImageClassifier:
     """The model group as configured, with the learning rate the run resolved."""
     model = plain(node)
     model.pop("lr_scaling", None)  # already applied: run.lr, run.warmup_*
-    model["optimizer"]["lr"] = run.lr
+    model["optimizer"]["lr"], model["optimizer"]["fused"] = run.lr, run.fused
     if run.warmup_epochs:
         model["warmup"] = {"epochs": run.warmup_epochs, "start_factor": run.warmup_from / run.lr}
     return build(model, _recursive_=False)
@@ -238,7 +238,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         precision=run.precision,
         strategy=strategy,
         callbacks=[
-            EveryProcess(matmul_precision, cfg.data.get("pipeline", "torchvision")),
+            EveryProcess(matmul_precision, cfg.data.get("pipeline", "torchvision"), quiet),
             WorkerStopsAtOnce(),
             EpochTimer(),
             EpochHistory(record),

@@ -86,6 +86,9 @@ class Run(FileModel):
     pin_memory: bool | None = about(
         "the loader's, as the machine chose it when data.pin_memory is null"
     )
+    fused: bool | None = about(
+        "whether SGD's update ran fused, as chosen when model.optimizer.fused is null"
+    )
 
 
 class CompletedRun(Run):

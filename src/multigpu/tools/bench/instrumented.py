@@ -9,6 +9,7 @@ command line does not set the same key, so any of them can be overridden.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,14 +54,16 @@ def run_measured(
     """``python train.py <overrides>`` with the callback ``target(**params)``, in ``out`` (a
     temporary folder when None), in ``env`` (default: this one); the callback's result. A run
     that fails raises ``RuntimeError`` with its last line (its log is ``train.out`` in
-    ``out``); a run folder (``out``'s ``run``, or the ``hydra.run.dir`` given) that exists
-    raises ``UserError`` (a measured run stops early: it would not train again)."""
+    ``out``); a run that refuses its input (exit 2), ``UserError`` with its line, leaving no
+    ``out`` it made; a run folder (``out``'s ``run``, or the ``hydra.run.dir`` given) that
+    exists raises ``UserError`` (a measured run stops early: it would not train again)."""
     with tempfile.TemporaryDirectory(prefix="measured-") as temporary:
         folder = Path(out or temporary)
         given = with_defaults(overrides, [f"hydra.run.dir={folder / 'run'}"])
         run = Path(next(o for o in given if key_of(o) == "hydra.run.dir").split("=", 1)[1])
         if run.exists():
             raise UserError(f"{run} holds an earlier measured run: pass another --out")
+        made = not folder.exists()
         folder.mkdir(parents=True, exist_ok=True)
         result = folder / RESULT
         result.unlink(missing_ok=True)
@@ -73,6 +76,13 @@ def run_measured(
         log = folder / "train.out"
         with log.open("w") as sink:
             done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        if done.returncode == 2:  # train.py refused what it was given, writing nothing
+            said = last_line(log, done.returncode).removeprefix("error: ")
+            if made:
+                shutil.rmtree(folder)
+            else:
+                log.unlink()
+            raise UserError(said)
         if done.returncode != 0 or not result.is_file():
             raise RuntimeError(last_line(log, done.returncode))
         return json.loads(result.read_text())

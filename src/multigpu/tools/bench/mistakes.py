@@ -386,7 +386,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "(model.lr_scaling.rule=linear) is inf, not a learning rate",
     ),
     "nesterov_without_momentum": (
-        ["+model.optimizer.nesterov=true"],
+        ["model.optimizer.nesterov=true"],
         "model.optimizer.nesterov=true needs model.optimizer.momentum > 0",
     ),
     # Keys the network (or another node) does not take.
