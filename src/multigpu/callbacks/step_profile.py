@@ -205,9 +205,9 @@ PINNING = ("aten::pin_memory", "aten::_pin_memory", "aten::is_pinned")
 def eager_ops(events: list, steps: int, top: int) -> dict[str, Any]:
     """The ops the host issues one by one outside compiled graphs, per step: every ``aten::``
     op not called by another one nor inside a compiled graph's call (nor the loader's pinning,
-    ``PINNING``). On a GPU most are a kernel
-    launch each, which a CUDA graph does not cover: what is left to move into the graph (the
-    loss, the metrics, the optimizer) or to fuse. From the profile's ``events()``."""
+    ``PINNING``). On a GPU most are a kernel launch each, which a CUDA graph does not cover:
+    what is left to move into the graph (the loss, the metrics, the optimizer) or to fuse.
+    From the profile's ``events()``."""
     counts: dict[str, int] = {}
     for event in events:
         if event.device_type != DeviceType.CPU or not event.name.startswith("aten::"):
