@@ -381,3 +381,46 @@ def test_drop_last_resolves_exactly_when_the_loader_has_a_whole_batch(
     data = build_datamodule(cfg.data, run)
     data.setup("fit")
     assert len(data.train_dataloader()) >= 1
+
+
+@examples(30)
+@given(
+    batch=st.integers(1, 64),
+    train=st.integers(2, 256),
+    drop_last=st.booleans(),
+    key=st.sampled_from(["limit_train_batches", "overfit_batches"]),
+    fraction=st.floats(0.001, 0.999),
+)
+def test_a_fraction_of_the_epoch_is_refused_exactly_where_lightning_finds_no_batch(
+    batch, train, drop_last, key, fraction
+):
+    """Against the data module's own loader and Lightning's own count of the batches a fraction
+    keeps (the second computation, which Lightning refuses once the data is loaded, after the
+    run's folder was made): refused before anything starts exactly where it keeps none."""
+    from lightning_fabric.utilities.exceptions import MisconfigurationException
+    from pytorch_lightning.trainer.connectors.data_connector import _parse_num_batches
+    from pytorch_lightning.trainer.states import RunningStage
+
+    from multigpu.run.fit import build_datamodule
+
+    assume(not drop_last or train >= batch)  # else refused for that (the test above)
+    sizes = {"num_train": train, "batch_size": batch, "drop_last": drop_last}
+    whole = composed([*TINY, "data=synthetic"])
+    whole.data.merge_with(sizes)
+    data = build_datamodule(whole.data, resolve_on(whole))
+    data.setup("fit")
+    try:
+        _parse_num_batches(RunningStage.TRAINING, len(data.train_dataloader()), fraction)
+        kept = True
+    except MisconfigurationException:
+        kept = False
+    cfg = composed([*TINY, "data=synthetic", f"+trainer.{key}={fraction}"])
+    cfg.data.merge_with(sizes)
+    try:
+        resolve_on(cfg)
+    except UserError as refused:
+        event("refused")
+        assert str(refused).startswith(f"trainer.{key}={fraction} of the ") and not kept
+        return
+    event("resolved")
+    assert kept

@@ -219,7 +219,9 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_batch_divides(batch_size, processes)
     check_data(data, model["net"], choices)
     check_whole_batches(data, batch_size, choices)
-    check_val_interval(trainer, data, batch_size // processes, processes)
+    batches = epoch_batches(data, batch_size // processes, processes)
+    check_batch_limits(trainer, batches)
+    check_val_interval(trainer, batches)
     check_evaluation_shares(data, processes, choices)
     lr = scaled_lr(model, batch_size)
     check_optimizer(model["optimizer"])
@@ -881,22 +883,48 @@ def check_whole_batches(data: Mapping[str, Any], batch: int, choices: Mapping[st
         )
 
 
-def check_val_interval(
-    trainer: Mapping[str, Any], data: Mapping[str, Any], process_batch: int, processes: int
-) -> None:
-    """``+trainer.val_check_interval=<batches>`` within an epoch's batches, as Lightning requires
-    once the data is loaded (a traceback after the run's folder was made): refused where it is
-    above every batch count the epoch can have (each process's share of the training images,
-    after ``limit_train_batches``)."""
-    interval, sizes = trainer.get("val_check_interval"), data_sizes(data)
-    if not is_count(interval) or sizes is None or trainer.get("check_val_every_n_epoch", 1) is None:
-        return
-    if trainer.get("limit_val_batches", 1.0) == 0:
-        return
+def epoch_batches(data: Mapping[str, Any], process_batch: int, processes: int) -> int | None:
+    """The training batches of an epoch in each process, before any limit, where the data's
+    sizes are known: its share of the training images (a short last batch included unless
+    ``data.drop_last``)."""
+    sizes = data_sizes(data)
+    if sizes is None:
+        return None
     subset, val_size = data.get("train_subset"), data.get("val_size") or 0
     images = (min(subset, sizes[0]) if subset is not None else sizes[0]) - val_size
     share = -(-images // processes)
-    batches = share // process_batch if data.get("drop_last") else -(-share // process_batch)
+    return share // process_batch if data.get("drop_last") else -(-share // process_batch)
+
+
+def check_batch_limits(trainer: Mapping[str, Any], batches: int | None) -> None:
+    """A fraction of an epoch's batches (``limit_train_batches``, ``overfit_batches``) that is
+    no whole batch: Lightning refuses it once the data is loaded, after the run's folder was
+    made (a traceback, a failed job in a sweep)."""
+    for key in ("limit_train_batches", "overfit_batches"):
+        fraction = trainer.get(key)
+        if batches is None or not isinstance(fraction, float) or not 0 < fraction < 1:
+            continue
+        if int(batches * fraction) < 1:
+            raise UserError(
+                f"trainer.{key}={fraction} of the {batches} training batches of an epoch is no "
+                f"batch: use at least {1 / batches:.3g}, or a number of batches (e.g. 1)"
+            )
+
+
+def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:
+    """``+trainer.val_check_interval=<batches>`` within an epoch's ``batches``, as Lightning
+    requires once the data is loaded (a traceback after the run's folder was made): refused
+    where it is above every batch count the epoch can have (each process's share of the
+    training images, after ``limit_train_batches``)."""
+    interval = trainer.get("val_check_interval")
+    if (
+        not is_count(interval)
+        or batches is None
+        or trainer.get("check_val_every_n_epoch", 1) is None
+    ):
+        return
+    if trainer.get("limit_val_batches", 1.0) == 0:
+        return
     limit = trainer.get("limit_train_batches", 1.0)
     batches = min(batches, limit) if is_count(limit) else int(batches * limit)
     if interval > batches:

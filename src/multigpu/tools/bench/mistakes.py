@@ -215,6 +215,15 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "trainer.limit_test_batches=1.5 must be 0 or more (a whole number of batches, or a "
         "fraction up to 1.0)",
     ),
+    "limit_train_batches_no_batch": (  # Lightning refused it once the folder existed
+        ["+trainer.limit_train_batches=0.001"],
+        "trainer.limit_train_batches=0.001 of the 235 training batches of an epoch is no batch: "
+        "use at least 0.00426, or a number of batches (e.g. 1)",
+    ),
+    "overfit_batches_no_batch": (
+        ["+trainer.overfit_batches=0.001"],
+        "trainer.overfit_batches=0.001 of the 235 training batches of an epoch is no batch",
+    ),
     "val_check_interval_zero": (
         ["+trainer.val_check_interval=0"],
         "trainer.val_check_interval=0 must be more than 0",
