@@ -92,6 +92,7 @@ def test_gpu_ids_must_exist(tmp_path):
 TORCHRUN_2 = {"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2"}
 TORCHRUN_2 |= {"WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}  # torchrun sets its run id
 SRUN_2 = {"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "train", "SLURM_PROCID": "0"}
+SRUN_2 |= {"SLURM_LOCALID": "0", "SLURM_NODEID": "0"}  # srun sets them in every task
 
 
 @pytest.mark.parametrize(
@@ -527,6 +528,29 @@ def test_the_compile_modes_are_torchs():
     from torch._inductor import list_mode_options
 
     assert set(typing.get_args(names.CompileMode)) == set(list_mode_options())
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({"TORCHELASTIC_RUN_ID": "abc"}, "TORCHELASTIC_RUN_ID=abc is set, but not RANK, "
+         "LOCAL_RANK, WORLD_SIZE, which torchrun sets with it: unset TORCHELASTIC_RUN_ID (left "
+         "over from another job?), or start the run with torchrun"),
+        ({**SRUN_2, "SLURM_JOB_ID": "77", "SLURM_NODEID": None}, "SLURM_NTASKS=2 is set, but "
+         "not SLURM_NODEID, which srun sets with it"),
+        ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "interactive"}, None),  # Lightning reads none
+    ],
+    ids=["torchrun_id_alone", "srun_without_node", "interactive_allocation"],
+)  # fmt: skip
+def test_a_launchers_mark_without_what_it_sets_beside_is_refused(environ, said):
+    """``TORCHELASTIC_RUN_ID=abc python train.py``: Lightning takes the id alone for torchrun and
+    read ``LOCAL_RANK`` (a KeyError after the run's folder was made, a ``failed`` record)."""
+    environ = {name: value for name, value in environ.items() if value is not None}
+    if said is None:
+        check_launched(environ)
+        return
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
+        check_launched(environ)
 
 
 def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):

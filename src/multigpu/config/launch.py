@@ -37,6 +37,29 @@ def cluster_started(environ: Mapping[str, str]) -> bool:
     return torchrun_started(environ) or slurm_started(environ)
 
 
+# What a launcher's mark promises beside it, which Lightning reads as soon as it sees the mark
+# (a KeyError from deep inside it, after the run's folder was made): torchrun's run id
+# (TorchElasticEnvironment.detect is ``torch.distributed.is_torchelastic_launched``: the id
+# alone) and srun's task count (SLURMEnvironment, outside an interactive allocation).
+PROMISED = {
+    "TORCHELASTIC_RUN_ID": ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE")),
+    "SLURM_NTASKS": ("srun", ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")),
+}
+
+
+def check_promised(environ: Mapping[str, str]) -> None:
+    """Each launcher's mark comes with the variables its launcher sets beside it."""
+    for mark, (launcher, needed) in PROMISED.items():
+        if mark not in environ or (mark == "SLURM_NTASKS" and not slurm_started(environ)):
+            continue
+        if missing := [name for name in needed if name not in environ]:
+            raise UserError(
+                f"{mark}={environ[mark]} is set, but not {', '.join(missing)}, which {launcher} "
+                f"sets with it: unset {mark} (left over from another job?), or start the run "
+                f"with {launcher}"
+            )
+
+
 # What says which process of a run this is: Lightning and ``multigpu.storage.record.is_rank_zero``
 # read them, and a process that is not rank 0 writes no record, no lock, no metrics.
 PROCESS_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "NODE_RANK", "GROUP_RANK")
@@ -121,6 +144,7 @@ def check_launched(environ: Mapping[str, str]) -> None:
                 f"count from 0 to {size} - 1): unset {rank} and {size}, or start the run with "
                 "torchrun or srun"
             )
+    check_promised(environ)
     launcher = launcher_of(environ)
     shown = " ".join(f"{name}={environ[name]}" for name in given)
     if given and launcher is not None and not started_as_a_child(environ, launcher):
