@@ -76,6 +76,35 @@ def test_a_stop_between_an_epochs_entry_and_its_checkpoint_records_neither(tmp_p
     assert [h["epoch"] for h in history] == [h["epoch"] for h in record["history"]] == [1]
 
 
+def test_another_runs_checkpoint_in_a_folders_place_is_not_continued(tmp_path):
+    """A run folder continued without ``ckpt_path`` (its record interrupted) whose last.ckpt
+    is another run's, of the same settings: the record's epochs had been replaced by the other
+    run's, and the command exited 0. Refused in one line, nothing touched; with its own
+    checkpoint back, the folder continues."""
+    from multigpu.run.training import train
+
+    folder, other = tmp_path / "A", tmp_path / "B"
+    for run in (folder, other):
+        assert train(composed([*SYNTHETIC, "trainer.max_epochs=1"], run))["epochs"] == 1
+    record = record_of(folder)  # stopped after its first epoch, as Ctrl-C leaves it
+    (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    last = folder / "checkpoints" / "last.ckpt"
+    own = last.read_bytes()
+    shutil.copy(other / "checkpoints" / "last.ckpt", last)
+    before = snapshot(folder)
+    with pytest.raises(OccupiedFolder) as refused:
+        train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
+    assert str(refused.value) == (
+        f"{last} is not of the run that {folder} holds (its history differs from that folder's "
+        f"metrics.json): continued, it would replace that run's record; it is left as it is: "
+        f"resume the checkpoint into a new folder (ckpt_path={last} and another hydra.run.dir)"
+    )
+    assert snapshot(folder) == before
+    last.write_bytes(own)
+    continued = train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
+    assert continued["status"] == "completed" and continued["history"][0] == record["history"][0]
+
+
 @pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 @pytest.mark.subprocess
 def test_resuming_previous_ckpt_into_its_own_folder_is_refused_and_last_ckpt_continues(tmp_path):
@@ -740,8 +769,8 @@ def test_a_signal_the_process_was_started_ignoring_stays_ignored():
         )
         return started.stdout.strip()
 
-    assert stops(ignored=False) == "['SIGHUP', 'SIGTERM', 'SIGUSR1', 'SIGUSR2']"
-    assert stops(ignored=True) == "['SIGTERM', 'SIGUSR1', 'SIGUSR2']"
+    assert stops(ignored=False) == "['SIGHUP', 'SIGQUIT', 'SIGTERM', 'SIGUSR1', 'SIGUSR2']"
+    assert stops(ignored=True) == "['SIGQUIT', 'SIGTERM', 'SIGUSR1', 'SIGUSR2']"
 
 
 def test_a_folder_another_run_wrote_in_after_admission_is_not_taken(tmp_path):

@@ -358,9 +358,12 @@ def test_an_unfinished_folder_holding_max_epochs_is_a_notice_not_a_new_ending(tm
     with pytest.raises(NothingToDo, match=f"holds this run, {status} after 1 epoch"):
         admit(cfg, choices, Machine(0, 2, {}, False), tmp_path)
     assert snapshot(tmp_path) == before
+    # With more epochs to train it is continued from its last.ckpt, which is read first (of
+    # the run its record holds): this one, no checkpoint at all, is refused, the folder as it was.
     more = compose_config([*SYNTHETIC, "trainer.max_epochs=2"], tmp_path)
-    continued = admit(more, choices, Machine(0, 2, {}, False), tmp_path)
-    assert continued.continued == tmp_path / "checkpoints" / "last.ckpt"
+    with pytest.raises(UserError, match=r"checkpoints/last.ckpt is not a checkpoint"):
+        admit(more, choices, Machine(0, 2, {}, False), tmp_path)
+    assert snapshot(tmp_path) == before
 
 
 def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):

@@ -226,7 +226,26 @@ def starting_point(
                 f"continue that run: the same command without init_from)"
             )
         return replace(fresh, init_from=plan_init(init_from, runs_dir, net))
+    if rank_zero and own.continued is not None:
+        check_continues_its_record(fresh.folders[RUN_FOLDER], own)
     return replace(fresh, continued=own.continued, history=own.history)
+
+
+def check_continues_its_record(run_folder: Path, own: Folder) -> None:
+    """The folder's own ``last.ckpt``, continued without ``ckpt_path``, is of the run its
+    record holds: the same epochs as far as both go (``check_moves_forward``'s rule for a
+    ``ckpt_path`` resumed there). Another run's checkpoint put in its place would have replaced
+    the record's epochs with its own. Read with torch, as training will next."""
+    from multigpu.storage.checkpoint import epoch_history, load_checkpoint
+
+    last = own.continued
+    if not agree(epoch_history(load_checkpoint(last)) or [], own.recorded):
+        raise OccupiedFolder(
+            f"{last} is not of the run that {run_folder} holds (its history differs from that "
+            f"folder's {RECORD}): continued, it would replace that run's record; it is left as "
+            f"it is: resume the checkpoint into a new folder (ckpt_path={last} and another "
+            "hydra.run.dir)"
+        )
 
 
 def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -> None:
