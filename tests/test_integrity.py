@@ -549,10 +549,11 @@ def owned_elsewhere(folder: Path) -> Iterator[None]:
     st.sampled_from(["new", "same_run_unfinished", "other_run"]),
 )
 def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(
-    tmp_path_factory, files, folder_holds
+    tmp_path_factory, two_epochs, files, folder_holds
 ):
     """A checkpoint folder outside the run folder that holds checkpoints is refused unless the
-    run continues its own folder's run from them; other files are no run's."""
+    run continues its own folder's run from them (a real checkpoint: admission reads the one it
+    continues); other files are no run's."""
     from multigpu.config.settings import Machine
     from multigpu.run.admission import admit
     from multigpu.run.cli import hydra_runtime
@@ -562,7 +563,8 @@ def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(
     cfg = compose_config([*SYNTHETIC, f"callbacks.checkpoint.dirpath={checkpoints}"], run)
     checkpoints.mkdir()
     for name in files:
-        (checkpoints / name).write_bytes(b"x")
+        continued = name == "last.ckpt" and folder_holds == "same_run_unfinished"
+        (checkpoints / name).write_bytes(two_epochs.read_bytes() if continued else b"x")
     if folder_holds != "new":
         from conftest import resolve_on
 
