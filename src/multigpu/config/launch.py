@@ -267,12 +267,11 @@ IGNORED_AT_START = frozenset(s for s in STOPS if signal.getsignal(s) == signal.S
 
 def stop_signals(environ: Mapping[str, str]) -> tuple[signal.Signals, ...]:
     """The signals besides Ctrl-C that end a run, which must then end ``interrupted`` with its
-    checkpoint, as SIGTERM does: a job's end (SIGTERM), a closed terminal (SIGHUP), Ctrl-\
-    (SIGQUIT), and SIGUSR1 and SIGUSR2 (``kill -USR1``: by default they end a process without a
-    word). Under
-    SLURM these two are the warning before a time limit, which ``requeue_on_warning`` (or
-    submitit's own handler) answers: there they stay theirs. One the process was started
-    ignoring (``IGNORED_AT_START``) is left ignored."""
+    checkpoint, as SIGTERM does: a job's end (SIGTERM), a closed terminal (SIGHUP), SIGQUIT
+    (Ctrl-\\ on a terminal), and SIGUSR1 and SIGUSR2 (``kill -USR1``: by default they end a
+    process without a word). Under SLURM these two are the warning before a time limit, which
+    ``requeue_on_warning`` (or submitit's own handler) answers: there they stay theirs. One the
+    process was started ignoring (``IGNORED_AT_START``) is left ignored."""
     users = () if slurm_started(environ) else (signal.SIGUSR1, signal.SIGUSR2)
     ends = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *users)
     return tuple(s for s in ends if s not in IGNORED_AT_START)
