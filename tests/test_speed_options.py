@@ -143,9 +143,8 @@ def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(
 def test_the_shipped_optimizer_updates_each_group_in_one_operation(fused, tmp_path):
     """``model.optimizer.fused=true`` (what the shipped null resolves to without clipping): the
     speedrun's optimizer (momentum, Nesterov, weight decay on the weights: two groups) runs one
-    ``_fused_sgd_`` per group, where torch's
-    default runs several operations per parameter, each a kernel launch on a GPU; the update is
-    the default's, to rounding."""
+    ``_fused_sgd_`` per group, where torch's default runs several operations per parameter,
+    each a kernel launch on a GPU; the update is the default's, to rounding."""
     overrides = [*TINY, "experiment=speedrun", "trainer.accelerator=cpu"]
     cfg = compose_config([*overrides, f"model.optimizer.fused={str(fused).lower()}"], tmp_path)
     module = build_module(cfg.model, resolve(cfg))
