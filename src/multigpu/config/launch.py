@@ -41,16 +41,21 @@ def cluster_started(environ: Mapping[str, str]) -> bool:
 # (a KeyError from deep inside it, after the run's folder was made): torchrun's run id
 # (TorchElasticEnvironment.detect is ``torch.distributed.is_torchelastic_launched``: the id
 # alone) and srun's task count (SLURMEnvironment, outside an interactive allocation).
-PROMISED = {
-    "TORCHELASTIC_RUN_ID": ("torchrun", ("RANK", "LOCAL_RANK", "WORLD_SIZE")),
-    "SLURM_NTASKS": ("srun", ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")),
+# {mark: (launcher, whether Lightning takes the environment for its launch, what it reads)}
+PROMISED: dict[str, tuple[str, Callable[[Mapping[str, str]], bool], tuple[str, ...]]] = {
+    "TORCHELASTIC_RUN_ID": (
+        "torchrun",
+        lambda environ: "TORCHELASTIC_RUN_ID" in environ,
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ),
+    "SLURM_NTASKS": ("srun", slurm_started, ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")),
 }
 
 
 def check_promised(environ: Mapping[str, str]) -> None:
     """Each launcher's mark comes with the variables its launcher sets beside it."""
-    for mark, (launcher, needed) in PROMISED.items():
-        if mark not in environ or (mark == "SLURM_NTASKS" and not slurm_started(environ)):
+    for mark, (launcher, launched, needed) in PROMISED.items():
+        if not launched(environ):
             continue
         if missing := [name for name in needed if name not in environ]:
             raise UserError(
