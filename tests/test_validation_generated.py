@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import typing
 from collections.abc import Mapping
@@ -424,3 +425,41 @@ def test_a_fraction_of_the_epoch_is_refused_exactly_where_lightning_finds_no_bat
         return
     event("resolved")
     assert kept
+
+
+LAUNCH_VARIABLES = ["TORCHELASTIC_RUN_ID", "RANK", "LOCAL_RANK", "WORLD_SIZE", "SLURM_NTASKS"]
+LAUNCH_VARIABLES += ["SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_JOB_NAME"]
+
+
+@examples(60)
+@given(st.sets(st.sampled_from(LAUNCH_VARIABLES)))
+def test_a_launchers_mark_is_refused_exactly_where_lightning_could_not_read_its_launch(given_):
+    """Against Lightning's own environments (the second computation): one that takes the
+    environment for its launch (torchrun's, srun's) and then cannot read a process number of
+    it had failed with a KeyError after the folder was made; that is refused first, in one
+    line naming the mark, and only that."""
+    from unittest import mock
+
+    from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    from multigpu.config.launch import check_promised
+
+    environ = {name: "train" if name == "SLURM_JOB_NAME" else "0" for name in given_}
+    unreadable = False
+    with mock.patch.dict(os.environ, environ, clear=True):
+        for kind in (TorchElasticEnvironment, SLURMEnvironment):
+            if kind.detect():
+                try:
+                    found = kind()
+                    found.world_size(), found.global_rank(), found.local_rank(), found.node_rank()
+                except KeyError:
+                    unreadable = True
+    try:
+        check_promised(environ)
+    except UserError as refused:
+        event("refused")
+        assert unreadable and "\n" not in str(refused)
+        assert str(refused).split("=", 1)[0] in ("TORCHELASTIC_RUN_ID", "SLURM_NTASKS")
+        return
+    event("passed")
+    assert not unreadable
