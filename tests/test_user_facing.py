@@ -292,6 +292,17 @@ def test_quiet_drops_only_the_noise(caplog):
         fabric.info("You are using a CUDA device ('NVIDIA H100') that has Tensor Cores. To ...")
         cuda.info("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]")  # the run's first line says
     assert not caplog.records
+    # Every stop signal is handed to Lightning's SIGTERM handling, which logs "SIGTERM: 15" for
+    # a SIGHUP too: the run's closing line names the signal that came.
+    from lightning_fabric.utilities.rank_zero import rank_prefixed_message
+
+    connector = logging.getLogger("pytorch_lightning.trainer.connectors.signal_connector")
+    with caplog.at_level(logging.INFO):
+        connector.info(rank_prefixed_message("Received SIGTERM: 15", 0))
+        connector.info("SLURM auto-requeueing enabled. Setting signal handlers.")
+    assert [r.getMessage() for r in caplog.records] == [
+        "SLURM auto-requeueing enabled. Setting signal handlers."
+    ]
 
 
 WORKERS_HINT = (

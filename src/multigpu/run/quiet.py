@@ -27,7 +27,9 @@ that asks nothing of the user and changes nothing in it.
 - for the in-memory pipeline only, the hint to raise a loader's ``num_workers``: it cuts
   batches from a tensor in the training process, with no worker processes to raise (the
   torchvision pipeline keeps the hint: there it is good advice). That filter knows the run's
-  pipeline, so the run sets it in each of its processes: ``multigpu.callbacks.process_setup``.
+  pipeline, so the run sets it in each of its processes: ``multigpu.callbacks.process_setup``;
+- "[rank: 0] Received SIGTERM: 15" from Lightning's signal handling, which every stop signal
+  is handed to (a SIGHUP too): the run's closing line names the signal that came.
 """
 
 from __future__ import annotations
@@ -65,13 +67,20 @@ LIGHTNING_LOGGERS = (
 )
 
 
+SIGNAL_LOGGER = "pytorch_lightning.trainer.connectors.signal_connector"
+SIGNAL_MESSAGES = ("Received SIGTERM: ",)  # after a rank prefix ("[rank: 0] ")
+
+
 class DropMessages(logging.Filter):
     def __init__(self, starts: tuple[str, ...]):
         super().__init__()
         self.starts = starts
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith(self.starts)
+        message = str(record.msg)
+        if message.startswith("[rank: "):
+            message = message.partition("] ")[2]
+        return not message.startswith(self.starts)
 
 
 def quiet() -> None:
@@ -79,7 +88,8 @@ def quiet() -> None:
     re-launched DDP workers do too); idempotent."""
     for category, message in WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
-    for name in LIGHTNING_LOGGERS:
+    dropped = {name: LOG_MESSAGES for name in LIGHTNING_LOGGERS} | {SIGNAL_LOGGER: SIGNAL_MESSAGES}
+    for name, messages in dropped.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, DropMessages) for f in logger.filters):
-            logger.addFilter(DropMessages(LOG_MESSAGES))
+            logger.addFilter(DropMessages(messages))
