@@ -124,10 +124,20 @@ def test_eval_computes_with_the_matmul_precision_its_checkpoint_trained_with():
 
 
 def test_eval_latest_without_runs_says_what_to_pass(tmp_path):
+    """The runs folder is named in one spelling, however it was given (``/x/.//``: ``/x/``)."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("eval", overrides=["ckpt_path=latest", f"paths.runs_dir={tmp_path}"])
-    with pytest.raises(UserError, match=r"ckpt_path=latest found no checkpoints/last.ckpt under"):
+        runs = f"paths.runs_dir={tmp_path}/.//"
+        cfg = compose("eval", overrides=["ckpt_path=latest", runs])
+    said = f"ckpt_path=latest found no checkpoints/last.ckpt under {tmp_path}/: pass"
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
         evaluate(cfg)
+
+
+def test_latest_names_the_runs_folder_in_one_spelling(tmp_path):
+    from multigpu.run.resume import latest_of
+
+    with pytest.raises(UserError, match=f"under {re.escape(str(tmp_path))}/: train a run"):
+        latest_of(f"{tmp_path}/./", {}, [])
 
 
 @pytest.mark.subprocess

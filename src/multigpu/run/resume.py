@@ -90,6 +90,7 @@ def newest_checkpoints(runs_dir: str | Path) -> list[Path]:
 def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]) -> Path:
     """The newest checkpoint under ``runs_dir`` whose run has these settings (but for
     ``allowed`` keys); none: one line naming the newest there is and how it differs."""
+    runs_dir = Path(runs_dir).expanduser()  # named in one spelling: no "./" or trailing "/"
     candidates = newest_checkpoints(runs_dir)
     if not candidates:
         raise UserError(
@@ -218,7 +219,8 @@ def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowe
     candidates = newest_checkpoints(runs_dir)
     if not candidates:
         raise UserError(
-            f"{key}=latest found no checkpoints/{LAST} under {runs_dir}/: pass {key}=<file>"
+            f"{key}=latest found no checkpoints/{LAST} under {Path(runs_dir).expanduser()}/: "
+            f"pass {key}=<file>"
         )
     return candidates[0]
 
