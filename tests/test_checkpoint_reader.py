@@ -9,6 +9,7 @@ truncated and flipped bytes)."""
 from __future__ import annotations
 
 import copy
+import json
 import os
 import sys
 import threading
@@ -45,6 +46,10 @@ EPOCH_PROGRESS = ("loops", "fit_loop", "epoch_progress")
 
 
 # Real checkpoints, made once -------------------------------------------------------------------
+TRAINED = [*TINY, "data.train_subset=256", "data.test_subset=128", "trainer.max_epochs=2"]
+TRAINED += ["logger=csv", "+model/scheduler=cosine", "model.optimizer.momentum=0.9"]
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, data_root) -> Path:
     """Two epochs of a narrow network with momentum and a cosine schedule, so that every part
@@ -52,17 +57,7 @@ def trained(tmp_path_factory, data_root) -> Path:
     from multigpu.run.training import train
 
     out = tmp_path_factory.mktemp("trained")
-    overrides = [
-        *TINY,
-        f"data.root={data_root}",
-        "data.train_subset=256",
-        "data.test_subset=128",
-        "trainer.max_epochs=2",
-        "logger=csv",
-        "+model/scheduler=cosine",
-        "model.optimizer.momentum=0.9",
-    ]
-    summary = train(compose_config(overrides, out))
+    summary = train(compose_config([*TRAINED, f"data.root={data_root}"], out))
     assert summary["status"] == "completed", summary
     return out / "checkpoints"
 
@@ -733,6 +728,34 @@ def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_pa
     state = {"weight": torch.ones(2)}  # what a spawned process hands back: a bare state_dict
     io.save_checkpoint(state, tmp_path / ".temp.ckpt")
     assert torch.equal(io.load_checkpoint(tmp_path / ".temp.ckpt")["weight"], torch.ones(2))
+
+
+@pytest.mark.parametrize("start", ["ckpt_path", "continued", "init_from"])
+def test_a_run_reads_its_checkpoint_once(trained, data_root, tmp_path, monkeypatch, start):
+    """Admission reads and checks the checkpoint a run starts from; the run restores that one,
+    without reading the file (its digest and checks) again: one ``torch.load`` of it, whichever
+    way the run starts from it (a resume, its own folder continued, another run's weights)."""
+    import shutil
+
+    from multigpu.run.training import train
+
+    folder = tmp_path / "run"
+    last = folder / "checkpoints" / "last.ckpt"
+    overrides = [*TRAINED, f"data.root={data_root}", "trainer.max_epochs=3"]
+    if start == "continued":  # a run of one epoch, continued in its folder (the same settings)
+        overrides = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+        record = train(compose_config(overrides, folder))
+        (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+        overrides.append("trainer.max_epochs=2")
+    else:
+        shutil.copytree(trained.parent, folder)
+        overrides.append(f"{start}={last}")
+        overrides += ["resume_changes=[model.scheduler.T_max]"] if start == "ckpt_path" else []
+    reads, load = [], torch.load
+    monkeypatch.setattr(torch, "load", lambda f, *a, **k: reads.append(f) or load(f, *a, **k))
+    summary = train(compose_config(overrides, folder if start == "continued" else tmp_path / "new"))
+    assert summary["status"] == "completed", summary
+    assert [Path(f) for f in reads if str(f).endswith("last.ckpt")] == [last]
 
 
 @pytest.mark.parametrize(

@@ -47,7 +47,7 @@ from multigpu.config.job_names import task_overrides
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, check_batch_given, resolve_run
 from multigpu.data.locate import check_reachable
-from multigpu.run.resume import Resume, allowed_changes, plan_init, plan_resume
+from multigpu.run.resume import Checked, Resume, allowed_changes, plan_init, plan_resume
 from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ckpt_path import LAST, PREVIOUS
 from multigpu.storage.ownership import check_free, holder, is_free
@@ -103,6 +103,8 @@ class Admission:
     recorded: list[dict[str, Any]] = field(default_factory=list)  # the folder's record's history
     marks: tuple = ()  # folder_marks when admission read the folders (``check_unchanged``)
     sweep: Path | None = None  # the folder of the sweep it is a job of (``sweep_folder``)
+    # The checkpoint it starts from, as read and checked here: restored without a second read.
+    checked: Checked | None = field(default=None, repr=False, compare=False)
 
     @property
     def ckpt_path(self) -> Path | None:
@@ -211,12 +213,12 @@ def starting_point(
     if ckpt_path is not None:
         max_steps, max_epochs = cfg.trainer.get("max_steps", -1), fresh.run.max_epochs
         max_time = cfg.trainer.get("max_time")
-        resume = plan_resume(
+        resume, checked = plan_resume(
             ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps, max_time
         )
         if rank_zero:  # the others may find rank 0's record ahead already
             check_moves_forward(fresh.folders, own, resume)
-        return replace(fresh, resume=resume)
+        return replace(fresh, resume=resume, checked=checked)
     if init_from is not None:
         if rank_zero and own.recorded:
             run_folder = fresh.folders[RUN_FOLDER]
@@ -225,27 +227,31 @@ def starting_point(
                 f"a new run, whose record would replace them; pass another hydra.run.dir (or "
                 f"continue that run: the same command without init_from)"
             )
-        return replace(fresh, init_from=plan_init(init_from, runs_dir, net))
+        checked = plan_init(init_from, runs_dir, net)
+        return replace(fresh, init_from=checked.path, checked=checked)
+    checked = None
     if rank_zero and own.continued is not None:
-        check_continues_its_record(fresh.folders[RUN_FOLDER], own)
-    return replace(fresh, continued=own.continued, history=own.history)
+        checked = check_continues_its_record(fresh.folders[RUN_FOLDER], own)
+    return replace(fresh, continued=own.continued, history=own.history, checked=checked)
 
 
-def check_continues_its_record(run_folder: Path, own: Folder) -> None:
+def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
     """The folder's own ``last.ckpt``, continued without ``ckpt_path``, is of the run its
     record holds: the same epochs as far as both go (``check_moves_forward``'s rule for a
     ``ckpt_path`` resumed there). Another run's checkpoint put in its place would have replaced
-    the record's epochs with its own. Read with torch, as training will next."""
+    the record's epochs with its own. Read with torch; the run restores what was read here."""
     from multigpu.storage.checkpoint import epoch_history, load_checkpoint
 
     last = own.continued
-    if not agree(epoch_history(load_checkpoint(last)) or [], own.recorded):
+    checkpoint = load_checkpoint(last)
+    if not agree(epoch_history(checkpoint) or [], own.recorded):
         raise OccupiedFolder(
             f"{last} is not of the run that {run_folder} holds (its history differs from that "
             f"folder's {RECORD}): continued, it would replace that run's record; it is left as "
             f"it is: resume the checkpoint into a new folder (ckpt_path={last} and another "
             "hydra.run.dir)"
         )
+    return Checked(last, checkpoint)
 
 
 def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -> None:

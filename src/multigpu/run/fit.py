@@ -144,7 +144,8 @@ def start_from(
     path = admission.ckpt_path or admission.init_from
     if path is None:
         return None
-    checkpoint = load_checkpoint(path)
+    read = admission.checked.take(path) if admission.checked else None
+    checkpoint = read if read is not None else load_checkpoint(path)  # admission's, or read now
     check_fits(path, checkpoint, module.net, plain(cfg.model.net))
     if admission.init_from is not None:
         module.net.load_state_dict(network_state(checkpoint))

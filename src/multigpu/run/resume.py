@@ -32,6 +32,7 @@ from multigpu.config.errors import NothingToDo, UserError, closest, did_you_mean
 from multigpu.config.schema import as_override
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
+from multigpu.storage.paths import canonical
 from multigpu.storage.record_file import BadRecord, read_record
 
 # The network settings its weights' shapes follow (not its init: weights of any init fit it).
@@ -63,6 +64,20 @@ class Resume:
                 for key, (old, new) in self.changed.items()
             },
         }
+
+
+@dataclass(eq=False)
+class Checked:
+    """A checkpoint admission read and checked whole, handed to the run's start once: what the
+    run restores is what was checked, and the file is not read (its digest, its checks) twice."""
+
+    path: Path
+    checkpoint: dict[str, Any] | None = field(repr=False)
+
+    def take(self, path: Path) -> dict[str, Any] | None:
+        """The checkpoint, if it is ``path``'s; once, so that it is not held past its restore."""
+        checkpoint, self.checkpoint = self.checkpoint, None
+        return checkpoint if canonical(path) == canonical(self.path) else None
 
 
 def record_beside(checkpoint: Path) -> dict[str, Any] | None:
@@ -234,7 +249,7 @@ def plan_resume(
     net: dict[str, Any],
     max_steps: int = -1,
     max_time: Any = None,
-) -> Resume:
+) -> tuple[Resume, Checked]:
     """The checkpoint a resume continues, read whole and checked against the run, its
     network included (``net``: the configured ``model.net``), before anything is written."""
     path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
@@ -257,16 +272,16 @@ def plan_resume(
     check_time_to_train(path, checkpoint, max_time)
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
-    return Resume(path, epochs, saved, changed, epoch_history(checkpoint) or [])
+    resume = Resume(path, epochs, saved, changed, epoch_history(checkpoint) or [])
+    return resume, Checked(path, checkpoint)
 
 
-def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Path:
+def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Checked:
     """The checkpoint whose weights a new run starts from: read whole and fitted to the
     configured network now, so that a bad file is refused before anything is written."""
     path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
     check_recorded_network(path, net, "init_from")
-    read_fitting(path, net, "init_from")
-    return path
+    return Checked(path, read_fitting(path, net, "init_from"))
 
 
 def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:
