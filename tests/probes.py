@@ -133,6 +133,14 @@ class CtrlCAfterEpochEntry(Callback):
             raise KeyboardInterrupt
 
 
+class SignalWhenBuilt(Callback):
+    """Sends this process ``signum`` (by name) as the run builds its callbacks: after the run
+    claimed its record, while it is set up, before Lightning trains."""
+
+    def __init__(self, signum: str):
+        os.kill(os.getpid(), signal.Signals[signum])
+
+
 class LossLog(Callback):
     """Appends every step's training loss to a text file, one per line."""
 

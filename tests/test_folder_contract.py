@@ -76,6 +76,36 @@ def test_a_stop_between_an_epochs_entry_and_its_checkpoint_records_neither(tmp_p
     assert [h["epoch"] for h in history] == [h["epoch"] for h in record["history"]] == [1]
 
 
+@pytest.mark.parametrize("signum", ["SIGUSR1", "SIGTERM"])
+def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum):
+    """A stop signal after the run claimed its record and before Lightning trains (as it
+    builds its parts): its ending said how to go on, as one during training does, also for a
+    folder that holds a checkpoint to resume; it said only "interrupted by SIGUSR1"."""
+    from multigpu.callbacks import interrupts
+    from multigpu.run.training import train
+
+    folder = tmp_path / "run"
+    assert train(composed([*SYNTHETIC, "trainer.max_epochs=1"], folder))["epochs"] == 1
+    record = record_of(folder)  # stopped after its first epoch, as Ctrl-C leaves it
+    (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    stop = ["+callbacks.stop._target_=probes.SignalWhenBuilt", f"+callbacks.stop.signum={signum}"]
+    number = signal.Signals[signum]
+    stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, number)
+    handlers = {each: signal.getsignal(each) for each in stops}
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            train(composed([*SYNTHETIC, "trainer.max_epochs=2", *stop], folder))
+    finally:
+        atexit.unregister(interrupts.ignored_until_exit)
+        interrupts._ending = None
+        for each, handler in handlers.items():
+            signal.signal(each, handler)
+    last = folder / "checkpoints" / "last.ckpt"
+    said = f"interrupted by {signum}; resume with ckpt_path={last} (or ckpt_path=latest)"
+    assert (str(stopped.value), stopped.value.exit_code) == (said, 128 + number)
+    assert record_of(folder)["reason"] == said and record_of(folder)["status"] == "interrupted"
+
+
 def test_another_runs_checkpoint_in_a_folders_place_is_not_continued(tmp_path):
     """A run folder continued without ``ckpt_path`` (its record interrupted) whose last.ckpt
     is another run's, of the same settings: the record's epochs had been replaced by the other

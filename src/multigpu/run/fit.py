@@ -31,6 +31,7 @@ from multigpu.callbacks import (
 )
 from multigpu.callbacks.interrupts import (
     after_training_notice,
+    by_first_signal,
     note_stop_signal,
     run_stop_signal,
     stop_signal,
@@ -65,6 +66,7 @@ from multigpu.storage.checkpoint import (
 )
 from multigpu.storage.checkpoint_io import AtomicCheckpointIO
 from multigpu.storage.ckpt_path import LAST
+from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record import RunRecord
 from multigpu.strategies.ddp import BoundedDDPStrategy
 
@@ -205,8 +207,11 @@ def plugins(run: Run, checkpoint_io: AtomicCheckpointIO) -> list[Any]:
     return found
 
 
-def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
-    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
+def set_up(
+    cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path
+) -> tuple[pl.Trainer, ImageClassifier, pl.LightningDataModule, Strategy]:
+    """The trainer, module, data module and strategy of the admitted run, its checkpoint
+    checked and handed over."""
     run, ckpt_path = admission.run, admission.ckpt_path
     checkpoints = admission.checkpoints or output_dir / "checkpoints"
     quiet()
@@ -256,6 +261,21 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         logger=build(cfg.logger) if cfg.get("logger") else False,
     )
     resume_epoch_ends_as_new_epochs(trainer)  # also under max_steps
+    return trainer, module, datamodule, strategy
+
+
+def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
+    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
+    run, ckpt_path = admission.run, admission.ckpt_path
+    checkpoints = admission.checkpoints or output_dir / "checkpoints"
+    try:
+        trainer, module, datamodule, strategy = set_up(cfg, admission, record, output_dir)
+    except BaseException as err:  # a stop signal while the run was set up: how to go on, too
+        stopped = outcome_of(by_first_signal(err, run_stop_signal()))
+        if stopped.status != "interrupted":
+            raise
+        hint = f"{stopped.reason}; {resume_hint(checkpoints)}"
+        raise Interrupted(hint, stopped.exit_code) from None
     sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
