@@ -279,6 +279,45 @@ def test_the_update_is_fused_where_lightning_can_clip_it(fused, precision, clip,
     assert run.record()["fused"] == run.fused
 
 
+@examples(60)
+@given(
+    fused=st.sampled_from([True, False, None]),
+    precision=st.sampled_from(names.CUDA_PRECISIONS),
+    clip=st.none() | st.sampled_from([0.0, 0]) | st.floats(1e-6, 1e6),
+)
+def test_a_fused_update_is_chosen_or_refused_exactly_where_lightning_clips_it(
+    fused, precision, clip
+):
+    """Against Lightning's own precision plugin: the resolved update is one Lightning can clip
+    (its ``clip_gradients`` on that optimizer raises nothing); an explicit ``fused=true`` is
+    refused exactly where Lightning's would raise; null fuses wherever Lightning can clip."""
+    from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+
+    from multigpu.config.settings import fused_update
+
+    trainer = {} if clip is None else {"gradient_clip_val": clip}
+    mixed = precision.endswith("-mixed")
+    plugin = MixedPrecision(precision, device="cpu") if mixed else Precision()
+
+    def clips(fused_optimizer: bool) -> bool:
+        weight = torch.nn.Parameter(torch.ones(3))
+        weight.grad = torch.ones(3)
+        optimizer = torch.optim.SGD([weight], lr=0.1, fused=fused_optimizer)
+        try:
+            plugin.clip_gradients(optimizer, clip_val=clip or 0.0)
+        except RuntimeError:
+            return False
+        return True
+
+    try:
+        chosen = fused_update({"fused": fused}, trainer, precision)
+    except UserError:
+        assert fused is True and not clips(True)
+        return
+    assert clips(chosen)
+    assert chosen == (fused if fused is not None else clips(True))
+
+
 def test_compiled_dataparallel_is_refused_on_several_gpus(tmp_path):
     overrides = ["strategy=dp", "trainer.devices=2", "model.compile=true"]
     with pytest.raises(UserError, match="scatter_allreduce"):
