@@ -141,6 +141,17 @@ class SignalWhenBuilt(Callback):
         os.kill(os.getpid(), signal.Signals[signum])
 
 
+class HoldRank(Callback):
+    """The DDP process of local rank ``rank`` waits ``seconds`` as the run builds its callbacks,
+    before the rendezvous, having written its pid to ``marker``: the others wait for it there."""
+
+    def __init__(self, rank: int, seconds: float, marker: str):
+        if os.environ.get("LOCAL_RANK", "0") == str(rank):
+            with open(marker, "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(seconds)
+
+
 class LossLog(Callback):
     """Appends every step's training loss to a text file, one per line."""
 

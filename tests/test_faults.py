@@ -240,6 +240,41 @@ def test_ddp_process_failure_ends_the_run(probe, extra, tmp_path, data_root):
 
 @pytest.mark.slow
 @pytest.mark.distributed
+def test_a_stop_while_rank_0_waits_at_the_rendezvous_is_answered_at_once(tmp_path, data_root):
+    """Rank 0 waits inside the rendezvous for a process that is slow to start: there its
+    signal handler cannot run, and a SIGTERM was answered only when the wait ended (here when
+    rank 1 came, 90 s later; ``strategy.timeout_s`` otherwise). Now at once: the process it
+    started is killed, the run recorded interrupted, and rank 0 exits 143."""
+    marker = tmp_path / "rank1.pid"
+    hold = ["+callbacks.hold._target_=probes.HoldRank", "+callbacks.hold.rank=1"]
+    hold += ["+callbacks.hold.seconds=90", f"+callbacks.hold.marker={marker}"]
+    run = start_script(
+        "train.py", *DDP_RUN, f"data.root={data_root}", *hold, cwd=tmp_path, env=PROBES_ENV
+    )
+    deadline = time.monotonic() + 120
+    while not marker.exists() and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.2)
+    assert marker.exists(), run.communicate()[1][-3000:]
+    time.sleep(3)  # rank 0 is at the rendezvous
+    stopped = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert time.monotonic() - stopped < 15
+    (run_dir,) = run_dirs(tmp_path)
+    record = metrics(run_dir)
+    said = "interrupted by SIGTERM while waiting for the run's other processes; no epoch had "
+    assert record["status"] == "interrupted" and record["reason"].startswith(said), record
+    assert stderr.strip().splitlines()[-1] == f"error: {record['reason']}"
+    rank_1 = int(marker.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and Path(f"/proc/{rank_1}").exists():
+        time.sleep(0.1)  # a zombie until its parent's reaper: gone with rank 0
+    assert not Path(f"/proc/{rank_1}").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
 def test_ddp_rank_0_killed_is_recorded_by_the_rank_that_survives(tmp_path, data_root):
     """Rank 0, the record's owner, SIGKILLed mid-epoch: rank 1 fails at its next collective,
     says so in one line, and records the run failed, since the owner is gone."""

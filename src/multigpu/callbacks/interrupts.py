@@ -18,16 +18,20 @@ A run ends for the *first* signal that stops it (``Ending``): Ctrl-C then ``kill
 SIGTERM) is recorded ``interrupted by SIGINT`` and exits 130, however close the two come;
 every later one is ignored until the process has exited, so that the record and the exit status
 always name the same signal (a SIGTERM after the record was written had ended the process
-with -15, its record saying SIGINT). SIGKILL still ends a run that must end at once."""
+with -15, its record saying SIGINT). SIGKILL still ends a run that must end at once.
+
+Where the main thread waits inside C (DDP's rendezvous, up to ``strategy.timeout_s``), no Python
+handler runs until the wait ends: ``answered_while_blocked`` answers a stop signal there."""
 
 from __future__ import annotations
 
 import atexit
 import os
+import select
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -195,6 +199,46 @@ class Ending:
 
 _ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)
 _deferred: list[signal.Signals] = []  # a stop signal kept for the run being set up
+
+
+# How long a stop signal may wait for its Python handler before the blocked wait is answered
+# for it: the handler runs at once wherever the main thread runs Python.
+BLOCKED_GRACE_S = 1.0
+
+
+@contextmanager
+def answered_while_blocked(answer: Callable[[signal.Signals], Any]) -> Iterator[None]:
+    """Run the block, whose main thread may wait inside C (a rendezvous) where no Python
+    handler runs; a stop signal whose handler has not run within ``BLOCKED_GRACE_S`` is
+    ``answer``ed from a thread (which must end the process). Python's own C handler writes each
+    signal's number to the wakeup file this thread reads."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # the wakeup file can only be set from the main thread
+        return
+    stops = {int(s) for s in (signal.SIGINT, *stop_signals(os.environ))}
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if not select.select([read], [], [], 0.1)[0]:
+                continue
+            came = [n for n in os.read(read, 64) if n in stops]
+            if came and not done.wait(BLOCKED_GRACE_S):  # still inside the block: blocked
+                answer(signal.Signals(run_stop_signal() or came[0]))
+
+    watcher = threading.Thread(target=watch, name="stop-while-blocked", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        signal.set_wakeup_fd(previous)
+        watcher.join()
+        os.close(read)
+        os.close(write)
 
 
 def defer_stop(signum: int) -> None:

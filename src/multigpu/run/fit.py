@@ -224,6 +224,7 @@ def set_up(
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
         strategy.record_failure = record.finish  # a bound method: spawn pickles the strategy
+        strategy.resume_hint = resume_hint(checkpoints)
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     checkpoint_io = AtomicCheckpointIO()

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import torch.distributed as dist
 from lightning_fabric.plugins.environments import TorchElasticEnvironment
 from pytorch_lightning.strategies import DDPStrategy
 from typing_extensions import override
 
+from multigpu.callbacks.interrupts import answered_while_blocked
 from multigpu.callbacks.lightning_compat import (
     SubprocessScriptLauncher,
     get_sigkill_signal,
@@ -80,6 +82,9 @@ class BoundedDDPStrategy(DDPStrategy):
         self.record_failure: Callable[[Outcome], Any] | None = None  # if rank 0 is stuck
         self.peer_failure: str | None = None  # the started process that failed first
         self.peer_signal: signal.Signals | None = None  # the stop signal that ended it, if any
+        self.resume_hint = (
+            ""  # how to go on, for a stop before training (``stopped_while_meeting``)
+        )
 
     @override
     def _configure_launcher(self) -> None:
@@ -96,6 +101,12 @@ class BoundedDDPStrategy(DDPStrategy):
 
     @override
     def setup_distributed(self) -> None:
+        """The rendezvous (``meet``), where a stop signal is answered at once
+        (``stopped_while_meeting``), not when the wait for the others times out."""
+        with answered_while_blocked(self.stopped_while_meeting):
+            self.meet()
+
+    def meet(self) -> None:
         """After torchrun's elastic restart, the process group's keys go under a prefix of this
         attempt's own: torchrun's store still holds the addresses the failed attempt published
         (torch 2.14), and the restarted workers would dial those. Lightning then finds the group
@@ -119,6 +130,19 @@ class BoundedDDPStrategy(DDPStrategy):
                 timeout=self._timeout,
             )
         super().setup_distributed()
+
+    def stopped_while_meeting(self, signum: signal.Signals) -> NoReturn:
+        """A stop signal while this process waits for the run's others at the rendezvous
+        (where its handler cannot run until the wait times out): the processes it started are
+        killed, the run is recorded interrupted, and this process ends, at once."""
+        if isinstance(self._launcher, SubprocessScriptLauncher):
+            self._launcher.kill(get_sigkill_signal())
+        reason = f"interrupted by {signum.name} while waiting for the run's other processes"
+        reason += f"; {self.resume_hint}" if self.resume_hint else ""
+        if self.record_failure is not None:
+            self.record_failure(Outcome("interrupted", reason, 128 + signum))
+        print(f"error: {reason}", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
 
     @override
     def on_train_end(self) -> None:
