@@ -82,9 +82,7 @@ class BoundedDDPStrategy(DDPStrategy):
         self.record_failure: Callable[[Outcome], Any] | None = None  # if rank 0 is stuck
         self.peer_failure: str | None = None  # the started process that failed first
         self.peer_signal: signal.Signals | None = None  # the stop signal that ended it, if any
-        self.resume_hint = (
-            ""  # how to go on, for a stop before training (``stopped_while_meeting``)
-        )
+        self.resume_hint = ""  # how to go on, said by ``stopped_while_meeting``
 
     @override
     def _configure_launcher(self) -> None:
