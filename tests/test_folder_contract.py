@@ -76,11 +76,23 @@ def test_a_stop_between_an_epochs_entry_and_its_checkpoint_records_neither(tmp_p
     assert [h["epoch"] for h in history] == [h["epoch"] for h in record["history"]] == [1]
 
 
-@pytest.mark.parametrize("signum", ["SIGUSR1", "SIGTERM"])
-def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum):
+STOPS_IN_SET_UP = {  # a probe that sends the signal: as the run builds its parts, or in
+    # Lightning's setup hook, inside its fit and before its own handlers
+    "build": ["+callbacks.stop._target_=probes.SignalWhenBuilt"],
+    "setup": ["+callbacks.stop._target_=probes.KillRank", "+callbacks.stop.rank=0"],
+}
+STOPS_IN_SET_UP["setup"].append("+callbacks.stop.step=-1")
+
+
+@pytest.mark.parametrize(
+    "signum,at,resumed",
+    [("SIGUSR1", "build", False), ("SIGTERM", "setup", False), ("SIGTERM", "setup", True)],
+)
+def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum, at, resumed):
     """A stop signal after the run claimed its record and before Lightning trains (as it
-    builds its parts): its ending said how to go on, as one during training does, also for a
-    folder that holds a checkpoint to resume; it said only "interrupted by SIGUSR1"."""
+    builds its parts, or inside Lightning's fit before its handlers): its ending says how to go
+    on, as one during training does; it said only "interrupted by SIGUSR1". Resumed into a new
+    folder, which holds no checkpoint yet, the one it resumed is named again."""
     from multigpu.callbacks import interrupts
     from multigpu.run.training import train
 
@@ -88,22 +100,29 @@ def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum):
     assert train(composed([*SYNTHETIC, "trainer.max_epochs=1"], folder))["epochs"] == 1
     record = record_of(folder)  # stopped after its first epoch, as Ctrl-C leaves it
     (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
-    stop = ["+callbacks.stop._target_=probes.SignalWhenBuilt", f"+callbacks.stop.signum={signum}"]
+    last = folder / "checkpoints" / "last.ckpt"
+    stop = [*STOPS_IN_SET_UP[at], f"+callbacks.stop.signum={signum}"]
+    into = tmp_path / "new" if resumed else folder
     number = signal.Signals[signum]
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, number)
     handlers = {each: signal.getsignal(each) for each in stops}
+    overrides = [*SYNTHETIC, "trainer.max_epochs=2", *stop]
     try:
         with pytest.raises(Interrupted) as stopped:
-            train(composed([*SYNTHETIC, "trainer.max_epochs=2", *stop], folder))
+            train(composed([*overrides, *([f"ckpt_path={last}"] if resumed else [])], into))
     finally:
         atexit.unregister(interrupts.ignored_until_exit)
         interrupts._ending = None
         for each, handler in handlers.items():
             signal.signal(each, handler)
-    last = folder / "checkpoints" / "last.ckpt"
-    said = f"interrupted by {signum}; resume with ckpt_path={last} (or ckpt_path=latest)"
+    how = (
+        f"no epoch had finished since the resume: resume with ckpt_path={last} again"
+        if resumed
+        else f"resume with ckpt_path={last} (or ckpt_path=latest)"
+    )
+    said = f"interrupted by {signum}; {how}"
     assert (str(stopped.value), stopped.value.exit_code) == (said, 128 + number)
-    assert record_of(folder)["reason"] == said and record_of(folder)["status"] == "interrupted"
+    assert record_of(into)["reason"] == said and record_of(into)["status"] == "interrupted"
 
 
 def test_another_runs_checkpoint_in_a_folders_place_is_not_continued(tmp_path):

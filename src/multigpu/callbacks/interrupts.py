@@ -26,6 +26,7 @@ handler runs until the wait ends: ``answered_while_blocked`` answers a stop sign
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import select
 import signal
@@ -218,25 +219,32 @@ def answered_while_blocked(answer: Callable[[signal.Signals], Any]) -> Iterator[
     stops = {int(s) for s in (signal.SIGINT, *stop_signals(os.environ))}
     read, write = os.pipe()
     os.set_blocking(write, False)
-    previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    done = threading.Event()
+    done, previous = threading.Event(), -1
+    poll = select.poll()  # select.select refuses a file number above 1023
+    poll.register(read, select.POLLIN)
 
     def watch() -> None:
         while not done.is_set():
-            if not select.select([read], [], [], 0.1)[0]:
+            if not poll.poll(100):
                 continue
-            came = [n for n in os.read(read, 64) if n in stops]
+            numbers = os.read(read, 64)
+            if previous != -1:  # whoever read the wakeup file before (asyncio) still gets them
+                with contextlib.suppress(OSError):
+                    os.write(previous, numbers)
+            came = [n for n in numbers if n in stops]
             if came and not done.wait(BLOCKED_GRACE_S):  # still inside the block: blocked
                 answer(signal.Signals(run_stop_signal() or came[0]))
 
     watcher = threading.Thread(target=watch, name="stop-while-blocked", daemon=True)
-    watcher.start()
     try:
+        previous = signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        watcher.start()
         yield
     finally:
         done.set()
         signal.set_wakeup_fd(previous)
-        watcher.join()
+        if watcher.is_alive():
+            watcher.join()
         os.close(read)
         os.close(write)
 

@@ -118,11 +118,14 @@ def build_callbacks(node: DictConfig | None, checkpoints: Path) -> list[Any]:
     return built
 
 
-def resume_hint(checkpoints: Path) -> str:
-    """How to go on from the run's checkpoint folder."""
+def resume_hint(checkpoints: Path, resumed: Path | None = None) -> str:
+    """How to go on from the run's checkpoint folder, or (none there yet) from the checkpoint
+    the run ``resumed`` from another folder."""
     last = checkpoints / LAST
     if last.is_file():
         return f"resume with ckpt_path={last} (or ckpt_path=latest)"
+    if resumed is not None:
+        return f"no epoch had finished since the resume: resume with ckpt_path={resumed} again"
     return "no epoch had finished, so there is no checkpoint to resume"
 
 
@@ -224,7 +227,7 @@ def set_up(
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
         strategy.record_failure = record.finish  # a bound method: spawn pickles the strategy
-        strategy.resume_hint = resume_hint(checkpoints)
+        strategy.resume_hint = resume_hint(checkpoints, admission.ckpt_path)
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     checkpoint_io = AtomicCheckpointIO()
@@ -266,17 +269,26 @@ def set_up(
 
 
 def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
-    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights."""
-    run, ckpt_path = admission.run, admission.ckpt_path
+    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights. A stop
+    at any point (set-up, data, rendezvous, training) ends with how to go on."""
     checkpoints = admission.checkpoints or output_dir / "checkpoints"
     try:
-        trainer, module, datamodule, strategy = set_up(cfg, admission, record, output_dir)
-    except BaseException as err:  # a stop signal while the run was set up: how to go on, too
+        fit_as_set_up(cfg, admission, record, output_dir)
+    except BaseException as err:
         stopped = outcome_of(by_first_signal(err, run_stop_signal()))
         if stopped.status != "interrupted":
             raise
-        hint = f"{stopped.reason}; {resume_hint(checkpoints)}"
-        raise Interrupted(hint, stopped.exit_code) from None
+        hint = resume_hint(checkpoints, admission.ckpt_path)
+        raise Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code) from None
+
+
+def fit_as_set_up(
+    cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path
+) -> None:
+    """Lightning's fit of what ``set_up`` built, its endings said as the run's."""
+    run, ckpt_path = admission.run, admission.ckpt_path
+    checkpoints = admission.checkpoints or output_dir / "checkpoints"
+    trainer, module, datamodule, strategy = set_up(cfg, admission, record, output_dir)
     sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=ckpt_path, weights_only=True)
@@ -292,22 +304,20 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             skipped = "the end-of-training work (test figures)"
             print(after_training_notice(signum.name, skipped), file=sys.stderr)
             return
-        message = f"interrupted by {signum.name}; {resume_hint(checkpoints)}"
-        raise Interrupted(message, exit_code=128 + signum) from None
+        raise Interrupted(f"interrupted by {signum.name}", exit_code=128 + signum) from None
     except WriteFailed as err:
-        add_note(err, resume_hint(checkpoints))
+        add_note(err, resume_hint(checkpoints, ckpt_path))
         raise
     except RuntimeError as err:  # a collective's, when the process that failed was another
         stopped = signal_of_loader_workers(err)
         if stopped is not None:  # a signal to the process group (timeout, Slurm, kill -PGID)
             stopped = note_stop_signal(stopped)  # the first, if another came before
-            message = f"interrupted by {stopped.name}; {resume_hint(checkpoints)}"
-            raise Interrupted(message, exit_code=128 + stopped) from None
+            raise Interrupted(f"interrupted by {stopped.name}", exit_code=128 + stopped) from None
         peer = getattr(strategy, "peer_failure", None)
         peer_signal = getattr(strategy, "peer_signal", None)
         if peer_signal is not None:  # another process of the run was stopped by a signal
             stopped = note_stop_signal(peer_signal)
-            message = f"interrupted by {stopped.name} ({peer}); {resume_hint(checkpoints)}"
+            message = f"interrupted by {stopped.name} ({peer})"
             raise Interrupted(message, exit_code=128 + stopped) from None
         if peer is None and not (run.processes > 1 and is_collective_failure(err)):
             raise

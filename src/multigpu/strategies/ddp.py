@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, NoReturn
@@ -133,14 +132,16 @@ class BoundedDDPStrategy(DDPStrategy):
         """A stop signal while this process waits for the run's others at the rendezvous
         (where its handler cannot run until the wait times out): the processes it started are
         killed, the run is recorded interrupted, and this process ends, at once."""
-        if isinstance(self._launcher, SubprocessScriptLauncher):
-            self._launcher.kill(get_sigkill_signal())
         reason = f"interrupted by {signum.name} while waiting for the run's other processes"
         reason += f"; {self.resume_hint}" if self.resume_hint else ""
-        if self.record_failure is not None:
-            self.record_failure(Outcome("interrupted", reason, 128 + signum))
-        print(f"error: {reason}", file=sys.stderr, flush=True)
-        os._exit(128 + signum)
+        try:
+            if isinstance(self._launcher, SubprocessScriptLauncher):
+                self._launcher.kill(get_sigkill_signal())
+            if self.record_failure is not None:
+                self.record_failure(Outcome("interrupted", reason, 128 + signum))
+        finally:  # the process ends, also when its record cannot be written (a full disk)
+            os.write(2, f"error: {reason}\n".encode())
+            os._exit(128 + signum)
 
     @override
     def on_train_end(self) -> None:
