@@ -730,7 +730,9 @@ def test_lightning_restores_the_checkpoint_the_run_checked(trained, real, tmp_pa
     assert torch.equal(io.load_checkpoint(tmp_path / ".temp.ckpt")["weight"], torch.ones(2))
 
 
-@pytest.mark.parametrize("start", ["ckpt_path", "continued", "init_from"])
+@pytest.mark.parametrize(
+    "start", ["ckpt_path", "continued", pytest.param("init_from", marks=pytest.mark.slow)]
+)
 def test_a_run_reads_its_checkpoint_once(trained, data_root, tmp_path, monkeypatch, start):
     """Admission reads and checks the checkpoint a run starts from; the run restores that one,
     without reading the file (its digest and checks) again: one ``torch.load`` of it, whichever

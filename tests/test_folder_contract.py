@@ -86,7 +86,11 @@ STOPS_IN_SET_UP["setup"].append("+callbacks.stop.step=-1")
 
 @pytest.mark.parametrize(
     "signum,at,resumed",
-    [("SIGUSR1", "build", False), ("SIGTERM", "setup", False), ("SIGTERM", "setup", True)],
+    [
+        ("SIGUSR1", "build", False),
+        pytest.param("SIGTERM", "setup", False, marks=pytest.mark.slow),  # the default suite's time
+        ("SIGTERM", "setup", True),
+    ],
 )
 def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum, at, resumed):
     """A stop signal after the run claimed its record and before Lightning trains (as it
