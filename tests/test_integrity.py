@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multigpu.config.computation import computation, describe, differences, flatten
-from multigpu.config.errors import OccupiedFolder, UserError
+from multigpu.config.errors import Interrupted, OccupiedFolder, UserError
 from multigpu.config.job_names import MAX_NAME, job_folder_name
 from multigpu.run.resume import check_same_run, latest_of
 from multigpu.storage.outcome import COMPLETED, Outcome
@@ -849,12 +849,14 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
 
     monkeypatch.setattr(fit_module, "fit", stopped_before_the_restore)
     resume = [*SYNTHETIC, f"ckpt_path={run}/checkpoints/last.ckpt", "trainer.max_epochs=2"]
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(Interrupted) as stopped:  # Ctrl-C, said with how to go on
         train(compose_config(resume, run))
     (at_start,) = seen
     assert at_start["epochs"] == 1 and [h["epoch"] for h in at_start["history"]] == [1]
     after = json.loads((run / "metrics.json").read_text())
     assert after["epochs"] == 1 and after["status"] == "interrupted"
+    said = f"interrupted by SIGINT; resume with ckpt_path={run}/checkpoints/last.ckpt"
+    assert str(stopped.value).startswith(said) and after["reason"] == str(stopped.value)
 
 
 def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):

@@ -31,7 +31,6 @@ from multigpu.callbacks import (
 )
 from multigpu.callbacks.interrupts import (
     after_training_notice,
-    by_first_signal,
     note_stop_signal,
     run_stop_signal,
     stop_signal,
@@ -56,7 +55,7 @@ from multigpu.run.admission import Admission
 from multigpu.run.build import build
 from multigpu.run.lightning_arguments import lightning_refusal
 from multigpu.run.quiet import quiet
-from multigpu.run.resume import check_same_run
+from multigpu.run.resume import check_same_run, resume_hint
 from multigpu.storage.checkpoint import (
     check_fits,
     check_resumable,
@@ -65,8 +64,6 @@ from multigpu.storage.checkpoint import (
     stored_settings,
 )
 from multigpu.storage.checkpoint_io import AtomicCheckpointIO
-from multigpu.storage.ckpt_path import LAST
-from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record import RunRecord
 from multigpu.strategies.ddp import BoundedDDPStrategy
 
@@ -116,17 +113,6 @@ def build_callbacks(node: DictConfig | None, checkpoints: Path) -> list[Any]:
         else:
             built.append(build(callback))
     return built
-
-
-def resume_hint(checkpoints: Path, resumed: Path | None = None) -> str:
-    """How to go on from the run's checkpoint folder, or (none there yet) from the checkpoint
-    the run ``resumed`` from another folder."""
-    last = checkpoints / LAST
-    if last.is_file():
-        return f"resume with ckpt_path={last} (or ckpt_path=latest)"
-    if resumed is not None:
-        return f"no epoch had finished since the resume: resume with ckpt_path={resumed} again"
-    return "no epoch had finished, so there is no checkpoint to resume"
 
 
 def check_classes(module: ImageClassifier, datamodule: pl.LightningDataModule) -> None:
@@ -269,23 +255,8 @@ def set_up(
 
 
 def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path) -> None:
-    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights. A stop
-    at any point (set-up, data, rendezvous, training) ends with how to go on."""
-    checkpoints = admission.checkpoints or output_dir / "checkpoints"
-    try:
-        fit_as_set_up(cfg, admission, record, output_dir)
-    except BaseException as err:
-        stopped = outcome_of(by_first_signal(err, run_stop_signal()))
-        if stopped.status != "interrupted":
-            raise
-        hint = resume_hint(checkpoints, admission.ckpt_path)
-        raise Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code) from None
-
-
-def fit_as_set_up(
-    cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Path
-) -> None:
-    """Lightning's fit of what ``set_up`` built, its endings said as the run's."""
+    """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights. How to
+    go on after a stop is added where the run's ending is recorded (``resume.with_resume_hint``)."""
     run, ckpt_path = admission.run, admission.ckpt_path
     checkpoints = admission.checkpoints or output_dir / "checkpoints"
     trainer, module, datamodule, strategy = set_up(cfg, admission, record, output_dir)

@@ -28,10 +28,11 @@ from multigpu.config.computation import (
     describe,
     differences,
 )
-from multigpu.config.errors import NothingToDo, UserError, closest, did_you_mean
+from multigpu.config.errors import Interrupted, NothingToDo, UserError, closest, did_you_mean
 from multigpu.config.schema import as_override
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
+from multigpu.storage.outcome import outcome_of
 from multigpu.storage.paths import canonical
 from multigpu.storage.record_file import BadRecord, read_record
 
@@ -78,6 +79,29 @@ class Checked:
         """The checkpoint, if it is ``path``'s; once, so that it is not held past its restore."""
         checkpoint, self.checkpoint = self.checkpoint, None
         return checkpoint if canonical(path) == canonical(self.path) else None
+
+
+def resume_hint(checkpoints: Path, resumed: Path | None = None) -> str:
+    """How to go on from the run's checkpoint folder, or (none there yet) from the checkpoint
+    the run ``resumed`` from another folder."""
+    last = checkpoints / LAST
+    if last.is_file():
+        return f"resume with ckpt_path={last} (or ckpt_path=latest)"
+    if resumed is not None:
+        return f"no epoch had finished since the resume: resume with ckpt_path={resumed} again"
+    return "no epoch had finished, so there is no checkpoint to resume"
+
+
+def with_resume_hint(
+    error: BaseException, checkpoints: Path, resumed: Path | None
+) -> BaseException:
+    """How a run that claimed its record ends: ``error`` itself, or for a stop (at any point:
+    importing torch, set-up, the rendezvous, training) an ``Interrupted`` saying how to go on."""
+    stopped = outcome_of(error)
+    if stopped.status != "interrupted":
+        return error
+    hint = resume_hint(checkpoints, resumed)
+    return Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code)
 
 
 def record_beside(checkpoint: Path) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from multigpu.config.launch import stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.resume import Resume
+from multigpu.run.resume import Resume, with_resume_hint
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import COMPLETED, Outcome, outcome_of
 from multigpu.storage.ownership import is_free, owning
@@ -273,8 +273,13 @@ def admitted_run(
             fit(cfg, admission, record, output_dir)
             check_trained(record)
         except BaseException as error:
-            finish(record, by_first_signal(error, ending.first if ending else None))
-            raise
+            checkpoints = admission.checkpoints or output_dir / "checkpoints"
+            stopped = by_first_signal(error, ending.first if ending else None)
+            ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path)
+            finish(record, ended)
+            if ended is error:
+                raise
+            raise ended from None
         return record.finish(COMPLETED)
 
 
