@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -271,6 +272,62 @@ def test_a_stop_while_rank_0_waits_at_the_rendezvous_is_answered_at_once(tmp_pat
     while time.monotonic() < deadline and Path(f"/proc/{rank_1}").exists():
         time.sleep(0.1)  # a zombie until its parent's reaper: gone with rank 0
     assert not Path(f"/proc/{rank_1}").exists()
+
+
+def test_the_stop_handler_makes_no_collective(monkeypatch):
+    """A collective inside a signal handler runs at whatever point the process was (in the
+    middle of a gradient allreduce), against the others' collectives: Lightning's handler
+    broadcasts there (as this test sees), the run's notes the stop and passes it on only; the
+    broadcast that starts every step shares it."""
+    import pytorch_lightning as pl
+    import torch.distributed as dist
+
+    from multigpu.callbacks.lightning_compat import stop_without_a_broadcast_in_the_handler
+
+    broadcasts = []
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "broadcast", lambda tensor, src: broadcasts.append(src))
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    monkeypatch.setattr(type(trainer), "world_size", property(lambda self: 2))
+    trainer._signal_connector._sigterm_notifier_fn(signal.SIGTERM, None)  # Lightning's own
+    assert broadcasts == [0] and trainer.received_sigterm
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False)
+    stop_without_a_broadcast_in_the_handler(trainer)
+    trainer._signal_connector._sigterm_notifier_fn(signal.SIGTERM, None)
+    assert broadcasts == [0] and trainer.received_sigterm
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.parametrize("after_s", [0.5, 1.5, 3.0])
+def test_a_stop_during_ddp_training_ends_every_process_interrupted(tmp_path, after_s):
+    """SIGTERM to rank 0 at any point of a step: Lightning's handler broadcast rank 0's stop
+    from inside the handler, which met the other process in the middle of another collective
+    (2 of 5 tries here: gloo aborted it, SIGABRT, and the run was recorded failed; or both
+    waited until the collective timeout). Every try ends interrupted, within seconds. A race:
+    these tries may miss it; ``test_the_stop_handler_makes_no_collective`` does not."""
+    from conftest import REPO, process_env
+
+    log = tmp_path / "run.log"
+    tiny = [t for t in TINY if not t.startswith("callbacks.progress_bar")]  # its epoch lines
+    tiny += ["data=synthetic", "data.num_train=2048", "data.num_test=32", "data.batch_size=16"]
+    command = [sys.executable, str(REPO / "train.py"), *tiny]
+    command += ["strategy=ddp", "trainer.devices=2", "trainer.max_epochs=3", "hydra.run.dir=run"]
+    with open(log, "w") as out:
+        run = subprocess.Popen(command, cwd=tmp_path, stdout=out, stderr=out, env=process_env())
+    deadline = time.monotonic() + 120
+    while "Epoch 1/3" not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert run.poll() is None, log.read_text()[-3000:]  # training its second epoch
+    time.sleep(after_s)
+    stopped = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    assert run.wait(timeout=60) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+    assert time.monotonic() - stopped < 20
+    record = metrics(tmp_path / "run")
+    assert record["status"] == "interrupted", record["reason"]
+    assert record["reason"].startswith("interrupted by SIGTERM")
 
 
 @pytest.mark.slow

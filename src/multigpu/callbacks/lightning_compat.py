@@ -29,6 +29,7 @@ __all__ = [
     "launch_children",
     "renew_training_iterator",
     "resume_epoch_ends_as_new_epochs",
+    "stop_without_a_broadcast_in_the_handler",
     "strategy_backward",
 ]
 
@@ -38,6 +39,7 @@ get_sigkill_signal = _get_sigkill_signal  # SIGKILL, or what Windows has instead
 
 # The originals restated below, and the private names above: their sources' digests.
 LAUNCHERS = "pytorch_lightning.strategies.launchers.subprocess_script"
+SIGNALS = "pytorch_lightning.trainer.connectors.signal_connector"
 RESTATED = {
     "pytorch_lightning.strategies.strategy.Strategy.backward": (
         "627cfe60660857e3f1bffeef34d5659ca31538c6c49962ac474608861634b3b9"
@@ -50,6 +52,9 @@ RESTATED = {
     ),
     "pytorch_lightning.loops.fit_loop._FitLoop.restarting.fset": (
         "0e1fb8a761866ce82df80103ec97259b532385a94d134b95dc7985183f684fab"
+    ),
+    f"{SIGNALS}._SignalConnector._sigterm_notifier_fn": (  # without its broadcast
+        "5f73424dfc7ee25a516a0b4cc29e5872550ea2f9b90490f508e6493364d4665b"
     ),
 }
 PRIVATE = {
@@ -101,6 +106,14 @@ RELIED_ON = {
     ),
     "pytorch_lightning.loops.training_epoch_loop._TrainingEpochLoop.reset": (
         "0014631aabe0ac52616507e18cba98b09b720ff18538d08114265d5df142623a"
+    ),
+    # stop_without_a_broadcast_in_the_handler: the handler is the connector's attribute when
+    # fit registers it, and every step starts with rank 0's stop broadcast to every process.
+    f"{SIGNALS}._SignalConnector.register_signal_handlers": (
+        "cd4b642fd86bfc6f4168728e74aff715aa7aad92efa61a0d6a25f21a42f955ab"
+    ),
+    "pytorch_lightning.loops.training_epoch_loop._TrainingEpochLoop._broadcast_sigterm_tensor": (
+        "d4e504c3f7d8bcb54e4bd1c0689e6deedb222e676161d4da2f3ba55a4549da78"
     ),
 }
 
@@ -160,6 +173,24 @@ def resume_epoch_ends_as_new_epochs(trainer: Trainer) -> None:
     loop = FitLoopFromEpochEnds(trainer, min_epochs=own.min_epochs, max_epochs=own.max_epochs)
     loop.epoch_loop = own.epoch_loop
     trainer.fit_loop = loop
+
+
+def stop_without_a_broadcast_in_the_handler(trainer: Trainer) -> None:
+    """Lightning's SIGTERM handler (2.6) broadcasts rank 0's stop from inside the handler, at
+    whatever point each process was (in the middle of a gradient allreduce): the processes'
+    collectives then mismatch, and gloo aborts one (SIGABRT, the run recorded failed) or they
+    wait until the collective timeout. Its broadcast at the start of every step already shares
+    rank 0's stop with every process, at the same step: the handler here only notes the signal
+    and passes it on to the processes rank 0 started, as Lightning's does."""
+    connector = trainer._signal_connector
+
+    def noted(signum: int, frame: Any) -> None:
+        launcher = trainer.strategy.launcher
+        if not connector.received_sigterm and launcher is not None:
+            launcher.kill(signum)
+        connector.received_sigterm = True
+
+    connector._sigterm_notifier_fn = noted  # what register_signal_handlers installs in fit
 
 
 def renew_training_iterator(trainer: Trainer) -> None:

@@ -35,7 +35,10 @@ from multigpu.callbacks.interrupts import (
     run_stop_signal,
     stop_signal,
 )
-from multigpu.callbacks.lightning_compat import resume_epoch_ends_as_new_epochs
+from multigpu.callbacks.lightning_compat import (
+    resume_epoch_ends_as_new_epochs,
+    stop_without_a_broadcast_in_the_handler,
+)
 from multigpu.callbacks.process_setup import EveryProcess
 from multigpu.callbacks.resumed_order import ResumedEpochOrder
 from multigpu.callbacks.worker_stop import WorkerStopsAtOnce
@@ -251,6 +254,7 @@ def set_up(
         logger=build(cfg.logger) if cfg.get("logger") else False,
     )
     resume_epoch_ends_as_new_epochs(trainer)  # also under max_steps
+    stop_without_a_broadcast_in_the_handler(trainer)
     return trainer, module, datamodule, strategy
 
 
