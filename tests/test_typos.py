@@ -24,6 +24,25 @@ from multigpu.config.typos import PARAMS, Composition, composing, find_typos, pa
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
+    "unreadable_key": (  # Hydra's grammar: its page, exit 1
+        "config",
+        ["trainer..x=1"],
+        "trainer..x=1: Hydra cannot read this override (LexerNoViableAltException: trainer..x=1)",
+        [],
+    ),
+    "unreadable_value": (
+        "config",
+        ["seed=1)"],
+        "seed=1): Hydra cannot read this override (extraneous input ')' expecting <EOF>); write "
+        "key=value",
+        [],
+    ),
+    "unreadable_home": (
+        "config",
+        ["paths.runs_dir=~/x"],
+        "give a path from home as $HOME/... (Hydra does not expand ~)",
+        [],
+    ),
     "key_max_epoch": (
         "config",
         ["trainer.max_epoch=3"],
@@ -279,7 +298,6 @@ VALID = {
     "flags": ["--cfg", "job", "-p", "trainer", "trainer.max_epochs=1"],
     "new_key_left_to_hydra": ["+foo.bar=1"],
     "another_config": ["-cn", "eval", "whatever=1"],
-    "a_syntax_error_left_to_hydra": ["trainer..x=1"],
     "ddp_worker": ["hydra.run.dir=/x", "hydra.job.name=train_ddp_process_1", "seed=1"],
 }
 
@@ -294,6 +312,29 @@ def test_a_named_typo_is_answered_with_its_fix(case):
     (typo,) = typos(overrides, config)
     assert text in typo.message and "\n" not in typo.message
     assert typo.suggestions[: len(suggestions)] == suggestions
+
+
+@examples(40)
+@given(value=st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=10))
+def test_an_override_hydra_cannot_read_is_named_in_one_line(value):
+    """Against Hydra's own parser: an override it cannot read is one line naming it (Hydra
+    printed its page and exited 1); one it reads is never said to be unreadable."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    override = f"seed={value}"
+    try:
+        OverridesParser.create().parse_overrides([override])
+        readable = True
+    except HydraException:
+        readable = False
+    said = [typo.message for typo in typos([override])]
+    unreadable = [m for m in said if "Hydra cannot read this override" in m]
+    if readable:
+        assert not unreadable
+    else:
+        assert len(said) == 1 and said[0].startswith(f"{override}: Hydra cannot read this override")
+        assert "\n" not in said[0]
 
 
 @pytest.mark.parametrize("case", sorted(VALID))

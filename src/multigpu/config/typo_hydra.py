@@ -21,8 +21,16 @@ STAND_ASIDE = (
 )
 
 
+# The lines of Hydra's parse error around its reason.
+HYDRA_FRAME = ("Error parsing override", "See https://hydra.cc")
+
+
 class UsageError(Exception):
-    """The command line is not for this check (a parse error, another config): Hydra answers."""
+    """The command line is not for this check (another config, an action): Hydra answers."""
+
+
+class Unreadable(UsageError):
+    """An override Hydra's grammar cannot read (``key=~/x``, ``seed=1)``): said in one line."""
 
 
 def conf_dir() -> Path:
@@ -50,10 +58,22 @@ def parse_overrides(argv: list[str]) -> list[Any]:
     args, _ = parser.parse_known_args([a for a in argv if a != "--version"])  # it would exit
     if "--version" in argv or any(getattr(args, name, None) for name in STAND_ASIDE):
         raise UsageError("another config or action")
-    try:
-        return OverridesParser.create().parse_overrides(args.overrides)
-    except HydraException as err:
-        raise UsageError(str(err)) from err
+    parser = OverridesParser.create()
+    for override in args.overrides:  # one by one: the one Hydra cannot read is named
+        try:
+            parser.parse_overrides([override])
+        except HydraException as err:
+            said = [line for line in str(err).splitlines() if line.strip()]
+            said = [line for line in said if not line.startswith(HYDRA_FRAME)] or said
+            fix = "write key=value, the key as dotted names, a value of other characters than "
+            fix += "letters, digits and ._-/ in quotes"
+            if "=~" in override:  # a path from home: the shell expands $HOME, Hydra no ~
+                fix = "give a path from home as $HOME/... (Hydra does not expand ~)"
+            raise Unreadable(
+                f"{override}: Hydra cannot read this override ({summary_line(said[0])}); {fix} "
+                "(https://hydra.cc/docs/advanced/override_grammar/basic)"
+            ) from err
+    return parser.parse_overrides(args.overrides)
 
 
 def raise_usage_error(message: str) -> None:

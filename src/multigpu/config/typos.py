@@ -20,6 +20,7 @@ from multigpu.config.errors import closest, did_you_mean
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import (
     Offer,
+    Unreadable,
     UsageError,
     composed_keys,
     composing,
@@ -56,6 +57,8 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
     option alone if any (the keys depend on the options, and are judged once these are right)."""
     try:
         overrides = parse_overrides(argv)
+    except Unreadable as unreadable:
+        return [Typo(str(unreadable))]
     except UsageError:
         return []
     if not overrides:  # none, or Hydra's flags alone: nothing to compose
