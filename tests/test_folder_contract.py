@@ -122,7 +122,7 @@ def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum, at, 
     how = (
         f"no epoch had finished since the resume: resume with ckpt_path={last} again"
         if resumed
-        else f"resume with ckpt_path={last} (or ckpt_path=latest)"
+        else f"resume with ckpt_path={last}"  # not under paths.runs_dir: latest would not find it
     )
     said = f"interrupted by {signum}; {how}"
     assert (str(stopped.value), stopped.value.exit_code) == (said, 128 + number)

@@ -128,7 +128,7 @@ def test_a_disk_that_fills_up_mid_run(free, can_mount, tmp_path, data_root):
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
         said = (
             f"error: cannot write {last}: No space left on device (the disk is full: free "
-            f"space, or write elsewhere); resume with ckpt_path={last} (or ckpt_path=latest)"
+            f"space, or write elsewhere); resume with ckpt_path={last}"  # not under outputs/
         )
         if not free:
             said += "; metrics.json could not be updated either"

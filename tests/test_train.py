@@ -133,6 +133,24 @@ def test_eval_latest_without_runs_says_what_to_pass(tmp_path):
         evaluate(cfg)
 
 
+@pytest.mark.parametrize("spelt", ["{}", "{}/./", "{}//"])
+def test_the_hint_offers_latest_only_where_latest_finds_the_checkpoint(tmp_path, spelt):
+    """A run folder given by ``hydra.run.dir`` outside ``paths.runs_dir`` is not where
+    ``ckpt_path=latest`` looks: its stop's hint names the file alone."""
+    from multigpu.run.resume import newest_checkpoints, resume_hint
+
+    runs = tmp_path / "outputs"
+    inside, outside = runs / "a" / "checkpoints", tmp_path / "elsewhere" / "checkpoints"
+    for folder in (inside, outside):
+        folder.mkdir(parents=True)
+        (folder / "last.ckpt").write_bytes(b"a checkpoint")
+    for folder in (inside, outside):
+        offered = "(or ckpt_path=latest)" in resume_hint(folder, None, spelt.format(runs))
+        found = [c.resolve() for c in newest_checkpoints(spelt.format(runs))]
+        assert offered == ((folder / "last.ckpt").resolve() in found)
+    assert "(or ckpt_path=latest)" in resume_hint(inside, None, runs)
+
+
 def test_latest_names_the_runs_folder_in_one_spelling(tmp_path):
     from multigpu.run.resume import latest_of
 

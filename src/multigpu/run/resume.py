@@ -33,7 +33,7 @@ from multigpu.config.schema import as_override
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.outcome import outcome_of
-from multigpu.storage.paths import canonical
+from multigpu.storage.paths import canonical, is_within
 from multigpu.storage.record_file import BadRecord, read_record
 
 # The network settings its weights' shapes follow (not its init: weights of any init fit it).
@@ -81,26 +81,30 @@ class Checked:
         return checkpoint if canonical(path) == canonical(self.path) else None
 
 
-def resume_hint(checkpoints: Path, resumed: Path | None = None) -> str:
+def resume_hint(
+    checkpoints: Path, resumed: Path | None = None, runs_dir: str | Path | None = None
+) -> str:
     """How to go on from the run's checkpoint folder, or (none there yet) from the checkpoint
-    the run ``resumed`` from another folder."""
+    the run ``resumed`` from another folder; ``ckpt_path=latest`` too where it looks
+    (``runs_dir``: a run folder elsewhere, from ``hydra.run.dir``, is not found there)."""
     last = checkpoints / LAST
     if last.is_file():
-        return f"resume with ckpt_path={last} (or ckpt_path=latest)"
+        latest = runs_dir is not None and is_within(checkpoints, runs_dir)
+        return f"resume with ckpt_path={last}" + (" (or ckpt_path=latest)" if latest else "")
     if resumed is not None:
         return f"no epoch had finished since the resume: resume with ckpt_path={resumed} again"
     return "no epoch had finished, so there is no checkpoint to resume"
 
 
 def with_resume_hint(
-    error: BaseException, checkpoints: Path, resumed: Path | None
+    error: BaseException, checkpoints: Path, resumed: Path | None, runs_dir: str | Path
 ) -> BaseException:
     """How a run that claimed its record ends: ``error`` itself, or for a stop (at any point:
     importing torch, set-up, the rendezvous, training) an ``Interrupted`` saying how to go on."""
     stopped = outcome_of(error)
     if stopped.status != "interrupted":
         return error
-    hint = resume_hint(checkpoints, resumed)
+    hint = resume_hint(checkpoints, resumed, runs_dir)
     return Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code)
 
 

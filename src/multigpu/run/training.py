@@ -275,7 +275,8 @@ def admitted_run(
         except BaseException as error:
             checkpoints = admission.checkpoints or output_dir / "checkpoints"
             stopped = by_first_signal(error, ending.first if ending else None)
-            ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path)
+            runs_dir = cfg.paths.runs_dir
+            ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path, runs_dir)
             finish(record, ended)
             if ended is error:
                 raise
