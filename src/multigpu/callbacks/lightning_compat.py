@@ -9,6 +9,7 @@ as soon as the installed Lightning's source of any of them differs, naming it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -182,15 +183,16 @@ def stop_without_a_broadcast_in_the_handler(trainer: Trainer) -> None:
     wait until the collective timeout. Its broadcast at the start of every step already shares
     rank 0's stop with every process, at the same step: the handler here only notes the signal
     and passes it on to the processes rank 0 started, as Lightning's does."""
-    connector = trainer._signal_connector
+    # What register_signal_handlers installs in fit; a partial, which spawn can pickle.
+    trainer._signal_connector._sigterm_notifier_fn = functools.partial(stop_noted, trainer)
 
-    def noted(signum: int, frame: Any) -> None:
-        launcher = trainer.strategy.launcher
-        if not connector.received_sigterm and launcher is not None:
-            launcher.kill(signum)
-        connector.received_sigterm = True
 
-    connector._sigterm_notifier_fn = noted  # what register_signal_handlers installs in fit
+def stop_noted(trainer: Trainer, signum: int, frame: Any) -> None:
+    """Lightning's SIGTERM notifier without its collective: pass the stop on once, note it."""
+    connector, launcher = trainer._signal_connector, trainer.strategy.launcher
+    if not connector.received_sigterm and launcher is not None:
+        launcher.kill(signum)
+    connector.received_sigterm = True
 
 
 def renew_training_iterator(trainer: Trainer) -> None:
