@@ -56,6 +56,9 @@ def settings_of(*overrides: str, folder: Path = Path("/tmp/x")) -> dict:
     return computation(cfg, resolve_on(cfg))
 
 
+ALONGSIDE = {"trainer.devices=2": ["strategy=scatter_allreduce"]}  # what the override needs
+
+
 @pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite
 def test_settings_ignore_where_and_how_but_count_what_changes_the_math():
     base = settings_of()
@@ -65,13 +68,14 @@ def test_settings_ignore_where_and_how_but_count_what_changes_the_math():
         "strategy=scatter_allreduce",
         "trainer.devices=2",
         "trainer.max_epochs=7",
-        "model.channels_last=true",
         "phases=true",
         "logger=csv",
         "data.root=/elsewhere",
     ):
-        overrides = [same, "strategy=scatter_allreduce"] if same == "trainer.devices=2" else [same]
+        overrides = [same, *ALONGSIDE.get(same, [])]
         assert differences(base, settings_of(*overrides)) == {}, same
+    wide = settings_of("model.net.width=8")  # NHWC on a CPU needs 8: settings.check_channels_last
+    assert differences(wide, settings_of("model.net.width=8", "model.channels_last=true")) == {}
     for changed, key in (
         ("model.optimizer.lr=0.2", "model.optimizer.lr"),
         ("model.optimizer.momentum=0.9", "model.optimizer.momentum"),

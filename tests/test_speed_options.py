@@ -5,11 +5,19 @@ capture, then the captured graph as it is) shows in seconds that every replica r
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
+import hypothesis.strategies as st
 import pytest
 import torch
-from conftest import TINY, compose_config
+from conftest import TINY, compose_config, composed, examples, resolve_on
 from hydra.utils import instantiate
+from hypothesis import given
 
+from multigpu.config.errors import UserError
+from multigpu.config.settings import MIN_CPU_NHWC_WIDTH
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.fit import build_module
 from multigpu.run.training import resolve, train
@@ -59,10 +67,42 @@ def test_speed_options_compute_what_the_plain_network_computes(options):
 def test_compiled_run_keeps_plain_checkpoint_keys(tmp_path):
     overrides = [*TINY, "data=synthetic", "+trainer.limit_train_batches=2", "model.compile=true"]
     overrides += ["model.channels_last=true", "data.pipeline=memory", "callbacks.test_figures=null"]
+    overrides += [f"model.net.width={MIN_CPU_NHWC_WIDTH}"]
     summary = train(compose_config(overrides, tmp_path))
     assert summary["status"] == "completed"
     state = load_checkpoint(tmp_path / "checkpoints" / "last.ckpt")["state_dict"]
     assert all(k.startswith("net.") for k in state) and not any("_orig_mod" in k for k in state)
+
+
+@examples(60)
+@given(width=st.integers(1, 64), cuda=st.booleans(), channels_last=st.booleans())
+def test_channels_last_is_refused_exactly_on_a_cpu_below_the_width_onednn_computes(
+    width, cuda, channels_last
+):
+    cfg = composed(["trainer.accelerator=auto"])
+    cfg.model.net.width, cfg.model.channels_last = width, channels_last
+    refused = channels_last and not cuda and width < MIN_CPU_NHWC_WIDTH
+    try:
+        resolve_on(cfg, cuda_devices=int(cuda))
+    except UserError as error:
+        assert refused and "model.channels_last=true" in str(error) and "\n" not in str(error)
+    else:
+        assert not refused
+
+
+def test_the_narrowest_width_allowed_nhwc_on_the_cpu_trains_on_one_thread():
+    """The bound's other side, in a process of its own (the bug below it aborts the process):
+    a step of every layer, shortcuts included, at that width in NHWC on one thread, as the
+    suite's workers run."""
+    step = (
+        "import torch; from multigpu.models import resnet18; "
+        f"net = resnet18(width={MIN_CPU_NHWC_WIDTH}).to(memory_format=torch.channels_last); "
+        "x = torch.randn(32, 1, 28, 28).contiguous(memory_format=torch.channels_last); "
+        "[net(x).sum().backward() for _ in range(3)]; print('trained')"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", step], env=env, capture_output=True, timeout=120)
+    assert done.returncode == 0 and b"trained" in done.stdout, done.stderr.decode()[-2000:]
 
 
 SYNTHETIC = [  # batches of 32, 32 and 16, then 32 test images

@@ -210,6 +210,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
     check_compile(strategy, accelerator, ids, model.get("compile", False))
+    check_channels_last(accelerator, model)
     if strategy == "scatter_allreduce":
         check_split_weights(strategy_cfg.get("split_weights"), len(ids))
 
@@ -649,6 +650,25 @@ def check_compile(strategy: str, accelerator: str, ids: list[int], compile: Any)
             f"model.compile with strategy=dp on {len(ids)} GPUs: DataParallel re-replicates the "
             "network every step, which torch.compile cannot follow; use "
             "strategy=scatter_allreduce (persistent replicas) or strategy=ddp"
+        )
+
+
+# Below this width a ResNet shortcut (1x1, stride 2) has fewer than 8 input channels, and torch
+# 2.14's oneDNN computes its NHWC weight gradient out of bounds on a CPU without AVX-512: the
+# process aborts ("free(): invalid pointer") or hangs. Seen at every input width 1-7 on one
+# thread, and at 2 on two; 8 and up ran (tests/test_speed_options.py holds the bound).
+MIN_CPU_NHWC_WIDTH = 8
+
+
+def check_channels_last(accelerator: str, model: Mapping[str, Any]) -> None:
+    width = model["net"].get("width")
+    narrow = isinstance(width, int) and width < MIN_CPU_NHWC_WIDTH
+    if model.get("channels_last") and accelerator == "cpu" and narrow:
+        raise UserError(
+            f"model.channels_last=true with model.net.width={width} on the CPU: oneDNN's NHWC "
+            f"gradient of a shortcut convolution narrower than {MIN_CPU_NHWC_WIDTH} channels "
+            "corrupts memory (the process aborts or hangs); use model.channels_last=false or "
+            f"model.net.width>={MIN_CPU_NHWC_WIDTH}"
         )
 
 

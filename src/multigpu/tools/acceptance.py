@@ -41,6 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from multigpu.config.settings import MIN_CPU_NHWC_WIDTH
 from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.storage.json_file import BadRecord
 from multigpu.tools.bench.bench_file import read_bench_file
@@ -56,10 +57,10 @@ SPEEDRUN = {"accuracy": 0.93, "train_s": 5.0, "command_s": 30.0, "seeds": (0, 1,
 # One seed more of the speedrun, for each change the last GPU run pointed at (docs/gpu.md):
 # without cuDNN's autotuning, which a step bound by the host may not need in its first epoch.
 SPEEDRUN_VARIANTS = {"no_autotune": ["trainer.benchmark=false"]}
-# A dry run on the CPU: the same command, tiny.
+# A dry run on the CPU: the same command, tiny (as narrow as its NHWC layout takes on a CPU).
 SPEEDRUN_DRY = [
     *("trainer.accelerator=cpu", "trainer.precision=32-true", "model.compile=false"),
-    *("model.net.width=4", "data.train_subset=1024", "data.test_subset=512"),
+    *(f"model.net.width={MIN_CPU_NHWC_WIDTH}", "data.train_subset=1024", "data.test_subset=512"),
     "trainer.max_epochs=1",
 ]
 # The steady steps whose host-device synchronisations are counted, of experiment=fast.

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from multigpu.config import settings
-from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH
+from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, MIN_CPU_NHWC_WIDTH
 from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.storage.record_file import BadRecord, read_record
 from multigpu.tools.arguments import (
@@ -314,10 +314,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="data.source of the runs (default: $MULTIGPU_DATA, else none)",
     )
     add("--only", nargs="*", metavar="NAME", help="run only these configurations (default: all)")
-    add("--tiny", action="store_true", help="smoke test: width 2, 3 steps")
+    add("--tiny", action="store_true", help=f"smoke test: width {MIN_CPU_NHWC_WIDTH}, 3 steps")
     args = parser.parse_args(argv)
     if args.tiny:
-        args.width = args.scaling_width = 2
+        # The narrowest width that every configuration takes on a CPU (NHWC's bound).
+        args.width = args.scaling_width = MIN_CPU_NHWC_WIDTH
         args.steps, args.warmup, args.batch, args.repeats = 3, 1, 32, 1
         args.jobs = max(args.jobs, os.cpu_count() or 1)
     known = [c["name"] for c in configurations(args)]

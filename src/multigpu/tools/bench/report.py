@@ -1,6 +1,6 @@
 """The ratios the performance targets are stated in, the GPU epoch targets, and the table.
 
-A ``--tiny`` run (``settings["tiny"]``) is a smoke test: a few steps of a width-2 network,
+A ``--tiny`` run (``settings["tiny"]``) is a smoke test: a few steps of a narrow network,
 several configurations at once. Its numbers show that every configuration runs, nothing more, so
 its report says so first and judges no target (``met`` is null, the table says "smoke test:
 not measured").
@@ -101,7 +101,7 @@ EPOCH_TARGETS = {"epoch_d2l": (2.0, 0.91), "epoch_fast": (0.8, 0.91)}
 H100_BF16_DENSE_FLOPS = 989e12
 NOT_MEASURED = "smoke test: not measured"  # in place of a verdict, for --tiny
 SMOKE_TEST_LINE = (
-    "**Smoke test (`--tiny`): not a measurement.** A few steps of a width-2 network per "
+    "**Smoke test (`--tiny`): not a measurement.** A few steps of a narrow network per "
     "configuration, several at once: the numbers below only show that each one runs; no ratio "
     "means anything and no target is judged. Run without `--tiny` to measure."
 )
