@@ -626,6 +626,10 @@ def test_a_rank_a_cluster_job_did_not_give_is_refused(environ, said):
         check_launched(environ)
 
 
+# The study at TINY's width, which NHWC does not take on a CPU (settings.check_channels_last).
+STUDY_TWO_DEVICES = ["experiment=study_two_devices", "~data.normalize", "model.channels_last=false"]
+
+
 @pytest.mark.parametrize(
     ("overrides", "batch"),
     [
@@ -642,7 +646,7 @@ def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, batch
     from multigpu.run.admission import admit
     from multigpu.run.cli import hydra_runtime
 
-    given = [*TINY, "experiment=study_two_devices", "~data.normalize", "data=synthetic"]
+    given = [*TINY, *STUDY_TWO_DEVICES, "data=synthetic"]
     cfg = compose_config([*given, *overrides], tmp_path / "run")
     machine = Machine(0, CORES, {}, False)
     if batch is not None:
@@ -659,7 +663,7 @@ BATCHES = st.sampled_from([16, 32, 48])
 @pytest.mark.slow  # a second an example: admission composes and checks the whole config
 @examples(20)
 @given(
-    experiment=st.sampled_from([[], ["experiment=study_two_devices", "~data.normalize"]]),
+    experiment=st.sampled_from([[], STUDY_TWO_DEVICES]),
     batch=st.one_of(st.none(), st.tuples(st.sampled_from(["", "++"]), BATCHES)),
     per_device=st.one_of(st.just("absent"), st.none(), BATCHES),
     deleted=st.booleans(),
