@@ -112,9 +112,9 @@ class Admission:
         return self.resume.path if self.resume else self.continued
 
     @property
-    def checkpoints(self) -> Path | None:
-        """The folder its checkpoints go to; None for a run that does not start."""
-        return checkpoint_folder(self.folders) if self.folders else None
+    def checkpoints(self) -> Path:
+        """The folder its checkpoints go to (a run that starts: a finished one owns none)."""
+        return checkpoint_folder(self.folders)
 
 
 def admit(

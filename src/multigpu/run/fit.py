@@ -205,7 +205,7 @@ def set_up(
     """The trainer, module, data module and strategy of the admitted run, its checkpoint
     checked and handed over."""
     run, ckpt_path = admission.run, admission.ckpt_path
-    checkpoints = admission.checkpoints or output_dir / "checkpoints"
+    checkpoints = admission.checkpoints
     quiet()
     matmul_precision = cfg.get(
         "float32_matmul_precision", default_of(Top, "float32_matmul_precision")
@@ -262,7 +262,7 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     """Train as admitted: fresh, resuming a checkpoint, or from a checkpoint's weights. How to
     go on after a stop is added where the run's ending is recorded (``resume.with_resume_hint``)."""
     run, ckpt_path = admission.run, admission.ckpt_path
-    checkpoints = admission.checkpoints or output_dir / "checkpoints"
+    checkpoints = admission.checkpoints
     trainer, module, datamodule, strategy = set_up(cfg, admission, record, output_dir)
     sigint_handler = signal.getsignal(signal.SIGINT)  # Lightning ignores Ctrl-C after one
     try:

@@ -273,7 +273,7 @@ def admitted_run(
             fit(cfg, admission, record, output_dir)
             check_trained(record)
         except BaseException as error:
-            checkpoints = admission.checkpoints or output_dir / "checkpoints"
+            checkpoints = admission.checkpoints
             stopped = by_first_signal(error, ending.first if ending else None)
             runs_dir = cfg.paths.runs_dir
             ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path, runs_dir)
