@@ -36,6 +36,13 @@ settings.register_profile("explore", max_examples=100 * max(EXPLORE, 1), derando
 settings.load_profile("explore" if EXPLORE else "suite")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Exploring multiplies the examples, and with them a test's time: no per-test limit."""
+    if EXPLORE:
+        for item in items:
+            item.add_marker(pytest.mark.timeout(0), append=False)
+
+
 def examples(count: int) -> settings:
     """Hypothesis settings for ``count`` examples (times MULTIGPU_EXPLORE when exploring), with
     no deadline: these tests build configs and write files, whose time varies."""

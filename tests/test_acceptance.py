@@ -109,6 +109,7 @@ def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # its own limit below (900 s) answers first, with the report's tail
 def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
     report = acceptance(tmp_path, "all", "--cpu", timeout=900)
     # Every gpu test was collected, and skipped for want of CUDA, with the reason.

@@ -126,6 +126,20 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
     assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
 
 
+@pytest.mark.parametrize("only", [None, ["lightning_memory_nhwc"]])
+def test_a_width_nhwc_cannot_take_on_a_cpu_is_refused_before_any_row_runs(
+    only, tmp_path, monkeypatch, capsys
+):
+    """Below it, settings.check_channels_last refuses the NHWC row, once the others had run."""
+    from multigpu.tools.bench import __main__ as bench
+
+    monkeypatch.setattr(bench, "has_cuda", lambda: False)
+    args = ["--width", "7", *(["--only", *only] if only else [])]
+    said = refusal_in(tmp_path, bench.parse_args, args, monkeypatch, capsys)
+    assert "--width 7: lightning_memory_nhwc (NHWC) needs width 8 or more on a CPU" in said
+    assert bench.parse_args(["--width", "7", "--only", "plain_loop"]).width == 7  # no NHWC row
+
+
 def test_every_option_says_its_default(capsys):
     from multigpu.tools.bench.__main__ import parse_args
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import TINY, compose_config, composed, examples, resolve_on
 from hydra.utils import instantiate
-from hypothesis import given
+from hypothesis import example, given
 
 from multigpu.config.errors import UserError
 from multigpu.config.settings import MIN_CPU_NHWC_WIDTH
@@ -76,6 +76,8 @@ def test_compiled_run_keeps_plain_checkpoint_keys(tmp_path):
 
 @examples(60)
 @given(width=st.integers(1, 64), cuda=st.booleans(), channels_last=st.booleans())
+@example(width=MIN_CPU_NHWC_WIDTH - 1, cuda=False, channels_last=True)  # the bound, both sides
+@example(width=MIN_CPU_NHWC_WIDTH, cuda=False, channels_last=True)
 def test_channels_last_is_refused_exactly_on_a_cpu_below_the_width_onednn_computes(
     width, cuda, channels_last
 ):
@@ -85,7 +87,10 @@ def test_channels_last_is_refused_exactly_on_a_cpu_below_the_width_onednn_comput
     try:
         resolve_on(cfg, cuda_devices=int(cuda))
     except UserError as error:
-        assert refused and "model.channels_last=true" in str(error) and "\n" not in str(error)
+        said = str(error)
+        assert refused and "\n" not in said, said
+        assert said.startswith(f"model.channels_last=true with model.net.width={width} on the CPU")
+        assert "use model.channels_last=false or model.net.width=8" in said
     else:
         assert not refused
 

@@ -668,7 +668,7 @@ def check_channels_last(accelerator: str, model: Mapping[str, Any]) -> None:
             f"model.channels_last=true with model.net.width={width} on the CPU: oneDNN's NHWC "
             f"gradient of a shortcut convolution narrower than {MIN_CPU_NHWC_WIDTH} channels "
             "corrupts memory (the process aborts or hangs); use model.channels_last=false or "
-            f"model.net.width>={MIN_CPU_NHWC_WIDTH}"
+            f"model.net.width={MIN_CPU_NHWC_WIDTH} (or more)"
         )
 
 

@@ -327,6 +327,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--only {' '.join(unknown)}: no such configuration here; use any of {', '.join(known)}"
         )
+    nhwc = "lightning_memory_nhwc"
+    if nhwc in (args.only or known) and not has_cuda() and args.width < MIN_CPU_NHWC_WIDTH:
+        parser.error(  # settings.check_channels_last would refuse that row, after the others ran
+            f"--width {args.width}: {nhwc} (NHWC) needs width {MIN_CPU_NHWC_WIDTH} or more on a "
+            f"CPU; use --width {MIN_CPU_NHWC_WIDTH}, or --only without {nhwc}"
+        )
     return args
 
 
