@@ -211,7 +211,7 @@ def test_the_command_line_check_says_the_value_hydras_node_refuses():
     assert [typo.message for typo in typos] == [said]
 
 
-def test_a_search_space_entry_given_as_a_nested_key_is_one_line():
+def test_a_search_space_entry_given_as_a_nested_key_is_one_line(tmp_path):
     """``hydra.sweeper.params.<key>=...`` (with or without a ``+``): Hydra reads the dots as
     nested keys; the command line's check says how to add the entry."""
     from multigpu.config.typos import find_typos
@@ -220,7 +220,11 @@ def test_a_search_space_entry_given_as_a_nested_key_is_one_line():
     for line in (entry, f"+{entry}"):
         (typo,) = find_typos(["-m", "hparams_search=optuna", line], "config", CONF)
         assert typo.message.startswith(f"{line}: a searched key is not set through ")
-        assert "'hydra.sweeper.params={model.optimizer.momentum: " in typo.message
+        suggested = typo.message.split("or add an entry: ", 1)[1]
+        assert suggested.startswith("'++hydra.sweeper.params={model.optimizer.momentum: ")
+    # The entry it suggests composes (without ``++``, Hydra refuses a new key of the map).
+    with composed([suggested.strip("'")], tmp_path) as cfg:
+        assert "model.optimizer.momentum" in cfg.hydra.sweeper.params
 
 
 def draws(sampler) -> list[float]:

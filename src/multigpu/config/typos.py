@@ -162,7 +162,7 @@ class Composition(Offer):
         return Typo(
             f"{said}: a searched key is not set through hydra.sweeper.params.<key>; give the key "
             f"itself a range or choices ({key}='interval(0.01,0.1)'), or add an entry: "
-            f"'hydra.sweeper.params={{{key}: \"choice(1,2)\"}}'"
+            f"'++hydra.sweeper.params={{{key}: \"choice(1,2)\"}}'"
         )
 
     def is_group(self, name: str) -> bool:
