@@ -136,7 +136,7 @@ def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]  # options after the overrides too
     assert json.loads(done.stdout)["steps"] == 4
     assert "ms per step" in done.stderr
-    refused_out = tmp_path / "refused"
+    refused_out = tmp_path / "refused" / "nested"  # both made, both taken away
     said = {
         "the window past the epoch": ("--first-step", "10", "--steps", "8"),
         "a kept run again": ("--first-step", "2", "--steps", "4", "--out", out),
@@ -149,7 +149,7 @@ def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_p
     assert exits == {"the window past the epoch": 1, "a kept run again": 2, "a typo": 2}
     # train.py's own line for what it was given, and nothing left of the --out it would use
     assert lines["a typo"].startswith("error: model.optimizer.fussed is not a setting")
-    assert not refused_out.exists()
+    assert not refused_out.parent.exists()
     assert lines["the window past the epoch"].startswith(
         "error: the run's steps 10-25 are not all in one epoch (an evaluation came first)"
     )
@@ -157,3 +157,21 @@ def test_the_command_prints_the_profile_and_refuses_what_it_cannot_measure(tmp_p
         lines["a kept run again"]
         == f"error: {out}/run holds an earlier measured run: pass another --out"
     )
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_refused_measured_run_leaves_only_the_folders_that_were_there(existing, tmp_path):
+    """train.py refuses a typo (exit 2): every folder the measuring run made for ``--out`` is
+    taken away, its parents too, and one that existed keeps what it held."""
+    from multigpu.config.errors import UserError
+    from multigpu.tools.bench.instrumented import run_measured
+
+    out = tmp_path / "kept" / "run"
+    if existing:
+        out.mkdir(parents=True)
+        (out / "mine.txt").write_text("")
+    with pytest.raises(UserError, match="model.optimizer.fussed"):
+        run_measured("x.Y", {}, [*TINY, "model.optimizer.fussed=false"], out)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert left == (["kept", "kept/run", "kept/run/mine.txt"] if existing else [])

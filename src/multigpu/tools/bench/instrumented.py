@@ -63,7 +63,10 @@ def run_measured(
         run = Path(next(o for o in given if key_of(o) == "hydra.run.dir").split("=", 1)[1])
         if run.exists():
             raise UserError(f"{run} holds an earlier measured run: pass another --out")
-        made = not folder.exists()
+        made = folder  # the outermost folder this call creates, or None
+        while not made.parent.exists():
+            made = made.parent
+        made = None if folder.exists() else made
         folder.mkdir(parents=True, exist_ok=True)
         result = folder / RESULT
         result.unlink(missing_ok=True)
@@ -78,8 +81,8 @@ def run_measured(
             done = subprocess.run(command, env=env, stdout=sink, stderr=subprocess.STDOUT)
         if done.returncode == 2:  # train.py refused what it was given, writing nothing
             said = last_line(log, done.returncode).removeprefix("error: ")
-            if made:
-                shutil.rmtree(folder)
+            if made is not None:
+                shutil.rmtree(made)
             else:
                 log.unlink()
             raise UserError(said)
