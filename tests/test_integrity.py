@@ -864,6 +864,28 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert str(stopped.value).startswith(said) and after["reason"] == str(stopped.value)
 
 
+def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(tmp_path):
+    """The same command again continues the folder's own ``last.ckpt``: damaged, it is named as
+    that, not as a ``ckpt_path`` the command never gave, with the one before to use instead."""
+    from multigpu.run.training import train
+
+    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))
+    record = json.loads((run / "metrics.json").read_text())
+    (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    held = (run / "metrics.json").read_bytes()
+    last.unlink()  # previous.ckpt is a second name of the same file: cut a copy instead
+    last.write_bytes((run / "checkpoints" / "previous.ckpt").read_bytes()[:-100])
+    with pytest.raises(UserError) as error:
+        train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], run))
+    said = str(error.value)
+    assert said.startswith(f"{last}, the checkpoint this run folder continues, is not a readable")
+    previous = last.with_name("previous.ckpt")
+    assert said.endswith(f"(or continue from the one before: ckpt_path={previous})")
+    assert "ckpt_path=" not in said.split(" (or continue")[0]
+    assert (run / "metrics.json").read_bytes() == held
+
+
 def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):
     """The same command again after an interruption continues the folder from its own
     checkpoint: its record had ``resumed_from: null``, so its times (which count the restart)

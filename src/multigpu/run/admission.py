@@ -243,7 +243,16 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
     from multigpu.storage.checkpoint import epoch_history, load_checkpoint
 
     last = own.continued
-    checkpoint = load_checkpoint(last)
+    try:
+        checkpoint = load_checkpoint(last)
+    except UserError as error:  # not ckpt_path=...: the command gave none
+        said = str(error).partition(" ")[2] if str(error).startswith("ckpt_path=") else str(error)
+        previous = last.with_name(PREVIOUS)
+        instead = f" (or continue from the one before: ckpt_path={previous})"
+        raise UserError(
+            f"{last}, the checkpoint this run folder continues, {said}"
+            f"{instead if previous.is_file() else ''}"
+        ) from None
     if not agree(epoch_history(checkpoint) or [], own.recorded):
         raise OccupiedFolder(
             f"{last} is not of the run that {run_folder} holds (its history differs from that "
