@@ -58,7 +58,7 @@ class Resume:
     def record(self) -> dict[str, Any]:
         """What the new run's ``metrics.json`` says of it (``resumed_from``)."""
         return {
-            "checkpoint": str(self.path),
+            "checkpoint": str(canonical(self.path)),  # read from elsewhere: no relative path
             "epochs": self.epochs,
             "changed": {
                 key: {"from": as_recorded(old), "to": as_recorded(new)}
