@@ -6,6 +6,7 @@ shows in seconds what inductor would be handed."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import torch
 from conftest import REPO, TINY, compose_config, run_python
 from torch._dynamo.utils import counters
 
-from multigpu.models.compiled import compile_counts
+from multigpu.models.compiled import WARMUP_CALLS, compile_counts, warm_up
 from multigpu.run.training import train
 
 WHOLE_BATCHES = [
@@ -129,6 +130,24 @@ def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(
     assert weights["warm"].keys() == weights["cold"].keys()
     for name, value in weights["cold"].items():
         torch.testing.assert_close(weights["warm"][name], value, rtol=0, atol=0, msg=name)
+
+
+def test_each_warm_up_pass_starts_without_gradients():
+    """As a training step does (zero_grad before backward): under CUDA graphs a pass's
+    gradients live in memory the next replay writes over, and a backward accumulating into
+    them failed on an H200. Every pass, the first included, finds none; none is left."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(3))
+    batch = (torch.zeros(2, 1, 6, 6), torch.zeros(2, dtype=torch.long))
+    net(batch[0])  # the lazy layer's shape
+    found: list[bool] = []
+
+    def loss(logits, labels):
+        found.append(all(p.grad is None for p in net.parameters()))
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    warm_up(net, batch, loss, contextlib.nullcontext)
+    assert found == [True] * WARMUP_CALLS
+    assert all(p.grad is None for p in net.parameters())
 
 
 def load_weights(run: Path) -> dict[str, torch.Tensor]:

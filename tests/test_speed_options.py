@@ -75,22 +75,17 @@ def test_compiled_run_keeps_plain_checkpoint_keys(tmp_path):
 
 
 @examples(60)
-@given(
-    width=st.integers(1, 64), cuda=st.booleans(), channels_last=st.sampled_from([True, False, None])
-)
+@given(width=st.integers(1, 64), cuda=st.booleans(), channels_last=st.booleans())
 @example(width=MIN_CPU_NHWC_WIDTH - 1, cuda=False, channels_last=True)  # the bound, both sides
 @example(width=MIN_CPU_NHWC_WIDTH, cuda=False, channels_last=True)
-@example(width=1, cuda=False, channels_last=None)  # null on a CPU: the plain layout, no refusal
-def test_channels_last_follows_the_device_and_is_refused_only_where_onednn_fails(
+def test_channels_last_is_refused_exactly_on_a_cpu_below_the_width_onednn_computes(
     width, cuda, channels_last
 ):
-    """null is NHWC on CUDA and NCHW on a CPU; an explicit value stands, except true on a CPU
-    below the width oneDNN computes."""
     cfg = composed(["trainer.accelerator=auto"])
     cfg.model.net.width, cfg.model.channels_last = width, channels_last
-    refused = channels_last is True and not cuda and width < MIN_CPU_NHWC_WIDTH
+    refused = channels_last and not cuda and width < MIN_CPU_NHWC_WIDTH
     try:
-        run = resolve_on(cfg, cuda_devices=int(cuda))
+        resolve_on(cfg, cuda_devices=int(cuda))
     except UserError as error:
         said = str(error)
         assert refused and "\n" not in said, said
@@ -98,19 +93,6 @@ def test_channels_last_follows_the_device_and_is_refused_only_where_onednn_fails
         assert "use model.channels_last=false or model.net.width=8" in said
     else:
         assert not refused
-        assert run.channels_last is (cuda if channels_last is None else channels_last)
-
-
-def test_the_layout_the_run_resolved_is_the_one_the_module_gets(tmp_path):
-    """fit builds the module with the run's layout, not the config's null."""
-    from multigpu.run import fit
-
-    cfg = composed(["trainer.accelerator=auto", "model.net.width=8"])
-    for chosen in (None, True):
-        cfg.model.channels_last = chosen
-        run = resolve_on(cfg, cuda_devices=0)
-        module = fit.build_module(cfg.model, run)
-        assert module.channels_last is (chosen is True) is run.channels_last
 
 
 def test_the_narrowest_width_allowed_nhwc_on_the_cpu_trains_on_one_thread():

@@ -165,7 +165,7 @@ class Data(Synthetic, FashionMNIST):
 class Model(Node):
     what = "the model"
     nodes = ("net", "optimizer", "scheduler", "lr_scaling")
-    channels_last: bool | None = None  # null: NHWC on CUDA (``settings.memory_format``)
+    channels_last: bool = False
     compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
     label_smoothing: float = setting(0.0, "0 or more and less than 1", 0.1, ge=0, lt=1)
     tta_flip: bool = False

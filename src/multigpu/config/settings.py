@@ -130,7 +130,6 @@ class Run:
     num_workers: int = 0  # loader processes of each training process (``loader_defaults``)
     pin_memory: bool = False  # page-locked host batches, copied to the GPU asynchronously
     fused: bool = False  # SGD's update in one operation per group (``fused_update``)
-    channels_last: bool = False  # NHWC convolutions (``nhwc_layout``)
 
     @property
     def placement(self) -> str:
@@ -253,7 +252,6 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
         num_workers=num_workers,
         pin_memory=pin_memory,
         fused=fused_update(model["optimizer"], trainer, precision),
-        channels_last=nhwc_layout(model, accelerator),
     )
 
 
@@ -662,19 +660,10 @@ def check_compile(strategy: str, accelerator: str, ids: list[int], compile: Any)
 MIN_CPU_NHWC_WIDTH = 8
 
 
-def nhwc_layout(model: Mapping[str, Any], accelerator: str) -> bool:
-    """``model.channels_last``, or (null) what the device calls for: NHWC on CUDA, whose
-    convolutions run natively in it (NCHW tensors are converted around each one: 1.8 ms of the
-    d2l recipe's 11.75 ms step on an H200, docs/gpu.md), the plain layout on a CPU. The layout
-    changes no arithmetic."""
-    chosen = model.get("channels_last")
-    return accelerator == "cuda" if chosen is None else chosen
-
-
 def check_channels_last(accelerator: str, model: Mapping[str, Any]) -> None:
     width = model["net"].get("width")
     narrow = isinstance(width, int) and width < MIN_CPU_NHWC_WIDTH
-    if nhwc_layout(model, accelerator) and accelerator == "cpu" and narrow:
+    if model.get("channels_last") and accelerator == "cpu" and narrow:
         raise UserError(
             f"model.channels_last=true with model.net.width={width} on the CPU: oneDNN's NHWC "
             f"gradient of a shortcut convolution narrower than {MIN_CPU_NHWC_WIDTH} channels "

@@ -135,15 +135,6 @@ class ImageClassifier(LightningModule):
         autocast = precision.train_step_context  # the training step's, made for each pass
         self.warmup_s = warm_up(self.net, (images, labels), self.training_loss, autocast)
 
-    @override
-    def on_train_end(self) -> None:
-        """A compiled network's last gradients are dropped: replayed as CUDA graphs they live in
-        the graphs' memory pool, which a later replay writes over, and Lightning's teardown
-        copied them to the CPU from there ("accessing tensor output of CUDAGraphs that has been
-        overwritten", one H200, a warmed-up run). No checkpoint holds gradients."""
-        if self.compile_options is not None:
-            self.net.zero_grad(set_to_none=True)
-
     def training_loss(self, logits: Tensor, labels: Tensor) -> Tensor:
         return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)
 

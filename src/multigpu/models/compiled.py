@@ -83,18 +83,21 @@ def warm_up(
     """Seconds spent running the compiled ``net``'s forward and backward ``WARMUP_CALLS``
     times on ``batch`` (a training batch's shape, strides and device, its values aside), then
     undoing what they did: BatchNorm's running statistics copied back in place (a CUDA graph
-    reads them where it recorded them) and the gradients dropped. No optimizer step, no random
-    number drawn: training then computes what it would have computed without it."""
+    reads them where it recorded them). No optimizer step, no random number drawn: training
+    then computes what it would have computed without it. Each pass's gradients are dropped
+    before the next, as a training step's are: replayed as CUDA graphs they live in the graphs'
+    memory, which the next replay writes over, and a backward accumulating into them failed
+    ("accessing tensor output of CUDAGraphs that has been overwritten", one H200)."""
     started = time.perf_counter()
     buffers = [buffer.detach().clone() for buffer in net.buffers()]
     for _ in range(WARMUP_CALLS):
         with autocast():
             value = loss(net(batch[0]), batch[1])
         value.backward()
+        net.zero_grad(set_to_none=True)
     with torch.no_grad():
         for buffer, saved in zip(net.buffers(), buffers, strict=True):
             buffer.copy_(saved)
-    net.zero_grad(set_to_none=True)
     if batch[0].device.type == "cuda":
         torch.cuda.synchronize(batch[0].device)  # the recording and autotuning are done
     return time.perf_counter() - started

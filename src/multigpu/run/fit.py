@@ -89,7 +89,6 @@ def build_module(node: DictConfig, run: Run) -> ImageClassifier:
     model = plain(node)
     model.pop("lr_scaling", None)  # already applied: run.lr, run.warmup_*
     model["optimizer"]["lr"], model["optimizer"]["fused"] = run.lr, run.fused
-    model["channels_last"] = run.channels_last  # the device's layout where null
     if run.warmup_epochs:
         model["warmup"] = {"epochs": run.warmup_epochs, "start_factor": run.warmup_from / run.lr}
     return build(model, _recursive_=False)
