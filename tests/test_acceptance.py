@@ -93,6 +93,7 @@ def test_a_step_past_its_cap_is_cut_and_the_rest_still_run(tmp_path):
     assert "FAIL: cut at its cap of 1 s (see speedrun_seed_0.log)" in stdout
 
 
+@pytest.mark.slow
 def test_the_budget_skips_what_it_cannot_fit(tmp_path):
     process = start(tmp_path, "bench", "speedrun", "--budget", "1")
     stdout, _ = process.communicate(timeout=120)

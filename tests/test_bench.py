@@ -158,6 +158,7 @@ def test_ratios_pair_the_rounds_both_sides_ran_in():
     assert paired_ratio(top, single) == (200 / 80, [])
 
 
+@pytest.mark.slow
 def test_startup_bench_times_the_cases_it_names(tmp_path):
     """No timing asserted: the cases run and report their exit status and error line."""
     result = subprocess.run(

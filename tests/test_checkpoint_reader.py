@@ -675,6 +675,7 @@ def places(real) -> list[tuple]:
     return paths_in(real)
 
 
+@pytest.mark.slow
 @FEW
 @given(data=st.data())
 def test_structural_edits_are_read_whole_or_refused(real, places, scratch, data):

@@ -7,7 +7,7 @@ import math
 import hypothesis.strategies as st
 import pytest
 import torch
-from conftest import TINY, run_script
+from conftest import TINY, examples, run_script
 from hypothesis import given
 
 from multigpu.strategies.comm import (
@@ -63,6 +63,7 @@ def test_flat_buffer_packs_and_adopts():
         FlatBuffer([torch.zeros(2), torch.zeros(2, dtype=torch.int64)])
 
 
+@examples(100)
 @given(
     shapes=st.lists(st.lists(st.integers(0, 9), max_size=4), min_size=1, max_size=8),
     dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float64, torch.int64]),

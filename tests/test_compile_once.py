@@ -98,7 +98,9 @@ def test_a_cpu_compile_says_nothing_of_cuda(tmp_path):
     assert "CUDA" not in done.stderr, done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("precision", ["32-true", "bf16-true"])
+@pytest.mark.parametrize(
+    "precision", ["32-true", pytest.param("bf16-true", marks=pytest.mark.slow)]
+)
 def test_the_warm_up_changes_nothing_trained_and_counts_as_compile_time(
     precision, tmp_path, monkeypatch
 ):
@@ -173,6 +175,7 @@ def test_a_ddp_process_is_not_warmed_up(tmp_path):
         torch.testing.assert_close(weights["compiled"][name], value, rtol=0, atol=0, msg=name)
 
 
+@pytest.mark.slow
 def test_a_resumed_compiled_run_says_what_compiling_took(tmp_path, caplog):
     """The compile line is the first trained epoch's, which a resume's is not the run's first."""
     overrides = [*TINY, *WHOLE_BATCHES, "trainer.max_epochs=1"]

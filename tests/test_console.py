@@ -135,6 +135,7 @@ def wait_for(proc, ready) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_run_piped_into_head_completes_with_its_lines_in_train_log(tmp_path):
     """``python train.py ... | head -1``: the reader goes after the first line."""
@@ -176,6 +177,7 @@ def test_a_console_gone_with_a_signal_leaves_the_run_interrupted(signum, tmp_pat
     assert "Traceback" not in train_log(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_sigusr1_outside_slurm_ends_the_run_interrupted_with_its_checkpoint(tmp_path):
     """``kill -USR1 <pid>``: the run had ended at once, unrecorded (the signal's default)."""
@@ -194,6 +196,7 @@ def test_sigusr1_outside_slurm_ends_the_run_interrupted_with_its_checkpoint(tmp_
     assert checkpoint.is_file() and "Traceback" not in stderr
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_progress_written_to_a_pipe_is_lines(tmp_path):
     """A GPU job's log, Slurm's, ``| tee``: lines, never a bar's frames."""

@@ -129,6 +129,7 @@ def test_malformed_idx_files_name_the_file(tmp_path, shared_data, name, payload,
     assert str(raw / name) in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 def test_processes_preparing_one_fresh_folder_at_once_all_succeed(tmp_path, shared_data):
     """As the nodes of a multi-node run do on a shared data.root: each unpacks into a file of its
     own and renames it into place; whichever rename comes last, the files are whole."""

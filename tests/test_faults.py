@@ -151,6 +151,7 @@ def test_kill_during_checkpoint_write_keeps_the_previous_checkpoint(
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow
 def test_diverging_lr_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path, data_root):
     losses = tmp_path / "losses.txt"
     result = run_script(

@@ -129,6 +129,7 @@ def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum, at, 
     assert record_of(into)["reason"] == said and record_of(into)["status"] == "interrupted"
 
 
+@pytest.mark.slow
 def test_another_runs_checkpoint_in_a_folders_place_is_not_continued(tmp_path):
     """A run folder continued without ``ckpt_path`` (its record interrupted) whose last.ckpt
     is another run's, of the same settings: the record's epochs had been replaced by the other
@@ -210,6 +211,7 @@ def test_resuming_previous_ckpt_into_its_own_folder_is_refused_and_last_ckpt_con
     assert after["history"][:2] == record["history"]  # the recorded epochs, kept as they were
 
 
+@pytest.mark.slow
 def test_continuing_from_its_own_last_checkpoint_behind_its_record_never_goes_back(
     tmp_path, monkeypatch
 ):
@@ -339,6 +341,7 @@ def test_a_tilde_in_the_run_folder_is_refused_and_in_the_checkpoint_folder_is_ho
     assert record_of(work / "run")["status"] == "completed"
 
 
+@pytest.mark.slow
 @examples(40)
 @given(how=spellings, where=st.sampled_from(["run", "checkpoints"]))
 def test_the_folder_a_run_locks_is_the_folder_it_writes_however_spelt(tmp_path_factory, how, where):
@@ -407,6 +410,7 @@ def test_a_checkpoint_folder_in_another_runs_folder_is_refused_and_nothing_is_wr
     assert snapshot(other) == before
 
 
+@pytest.mark.slow
 @examples(20)
 @given(
     has_record=st.booleans(),
@@ -459,6 +463,7 @@ PLACES = {
 }
 
 
+@pytest.mark.slow
 @examples(8)
 @given(
     key=st.sampled_from(sorted(PLACES)),
@@ -1275,6 +1280,7 @@ def named(said: str, folder: Path, key: str, other: Path) -> bool:
     return said.startswith(f"{folder} ({key}) {relation} another ") and f", {other} (" in said
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_train_py_into_a_finished_sweeps_folder_is_one_line_and_writes_nothing(tmp_path):
     """The tester's command: the run's record, checkpoint and config had gone into the sweep's

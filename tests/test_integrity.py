@@ -598,6 +598,7 @@ def test_a_checkpoint_folder_holding_another_runs_checkpoints_is_refused(
     assert admission.continued == (checkpoints / "last.ckpt" if continues else None)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_runs_given_one_checkpoint_folder_the_second_is_refused(tmp_path):
     """``callbacks.checkpoint.dirpath=/tmp/ck`` given to two runs: the second had overwritten
@@ -728,6 +729,7 @@ def test_init_from_starts_a_new_run_from_the_weights_with_its_own_settings(tmp_p
     assert record["history"][0]["lr"] == pytest.approx(0.3)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
     folder = tmp_path / "run"
@@ -747,6 +749,7 @@ def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
         assert snapshot(folder) == before  # record, config, checkpoint, events: all as they were
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_two_runs_in_one_folder_at_once_the_second_is_refused(tmp_path):
     folder = tmp_path / "run"
@@ -886,6 +889,7 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(tmp_path)
     assert (run / "metrics.json").read_bytes() == held
 
 
+@pytest.mark.slow
 def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):
     """The same command again after an interruption continues the folder from its own
     checkpoint: its record had ``resumed_from: null``, so its times (which count the restart)
@@ -964,6 +968,7 @@ def two_epochs(tmp_path_factory) -> Path:
     return run / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(two_epochs, tmp_path):
     """``model.optimizer.lr=0.05 resume_changes=[model.optimizer.lr]`` was recorded as the
     run's lr, and the restored optimizer went on at 0.1: its epochs were those of the run
@@ -986,6 +991,7 @@ def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(two_epo
     assert record["resumed_from"]["changed"]["model.optimizer.momentum"] == {"from": 0, "to": 0.9}
 
 
+@pytest.mark.slow
 def test_a_schedule_a_resume_adds_is_where_it_would_be_in_a_run_that_had_it(two_epochs, tmp_path):
     """``+model/scheduler=cosine resume_changes=[model.scheduler]`` failed writing the record
     (a node is no JSON value) and, written, began the cosine from its start: the third epoch's
@@ -1081,6 +1087,7 @@ def test_a_resumed_schedule_is_where_the_epochs_it_holds_put_it(
     assert record["history"][epoch - 1]["lr"] == pytest.approx(cosine(at, t_max), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_weights_only_decayed_with_momentum_resume_as_if_never_stopped(tmp_path):
     """``model.weight_decay_on=weights`` numbers the parameters weights first: its momentum
     buffers were checked against the network's own order, and every checkpoint of such a run

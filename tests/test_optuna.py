@@ -514,6 +514,7 @@ def bad_settings(draw) -> tuple[list[str], str]:
 OPTIMIZER_KEYS = {"_target_", "_partial_", "lr", "momentum", "weight_decay"}
 
 
+@pytest.mark.slow
 @examples(12)
 @given(setting=bad_settings())
 def test_any_bad_study_setting_is_one_line_naming_it_and_nothing_is_written(
@@ -523,6 +524,7 @@ def test_any_bad_study_setting_is_one_line_naming_it_and_nothing_is_written(
     assert named in refused(overrides, tmp_path_factory.mktemp("sweep"), capsys)
 
 
+@pytest.mark.slow
 @examples(5)
 @given(
     low=POSITIVE,
@@ -543,6 +545,7 @@ def read_summary(sweep: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_a_diverged_trial_is_pruned_and_the_study_goes_on(tmp_path):
     """The user's case: a drawn lr so large that the loss goes NaN. Before, Optuna's "Values
     were told" traceback ended the study there, with no report. TPE's seed 0 draws the

@@ -67,6 +67,7 @@ def test_random_flip_and_seeded_augmentation():
     assert torch.equal(first, again)
 
 
+@pytest.mark.slow
 def test_training_through_either_pipeline_ends_with_the_same_weights(tmp_path, data_root):
     common = [
         *TINY,

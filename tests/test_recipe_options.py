@@ -63,6 +63,7 @@ def cosine_steps(tmp_path, epochs: int, extra: list[str]) -> list[float]:
     return [float(line) for line in log.read_text().split()]
 
 
+@pytest.mark.slow
 def test_a_per_step_cosine_decays_every_step_over_t_max_epochs_and_resumes_on_its_curve(
     tmp_path,
 ):

@@ -17,7 +17,7 @@ from hydra.utils import instantiate
 from hypothesis import example, given
 
 from multigpu.config.errors import UserError
-from multigpu.config.settings import MIN_CPU_NHWC_WIDTH
+from multigpu.config.settings import CUDA_GRAPH_MODES, MIN_CPU_NHWC_WIDTH
 from multigpu.models.classifier import ImageClassifier
 from multigpu.run.fit import build_module
 from multigpu.run.training import resolve, train
@@ -95,6 +95,34 @@ def test_channels_last_is_refused_exactly_on_a_cpu_below_the_width_onednn_comput
         assert not refused
 
 
+@examples(60)
+@given(
+    mode=st.sampled_from([None, "default", *CUDA_GRAPH_MODES, "max-autotune-no-cudagraphs"]),
+    accumulate=st.integers(1, 4),
+    cuda=st.booleans(),
+)
+@example(mode="reduce-overhead", accumulate=2, cuda=True)  # experiment=fast's compile, refused
+@example(mode="reduce-overhead", accumulate=2, cuda=False)  # a CPU replays no CUDA graph
+def test_cuda_graphs_are_refused_exactly_where_a_step_accumulates_gradients(mode, accumulate, cuda):
+    cfg = composed(["trainer.accelerator=auto", "+trainer.accumulate_grad_batches=1"])
+    cfg.model.compile = {"mode": mode} if mode else True
+    cfg.trainer.accumulate_grad_batches = accumulate
+    refused = cuda and mode in CUDA_GRAPH_MODES and accumulate > 1
+    try:
+        resolve_on(cfg, cuda_devices=int(cuda))
+    except UserError as error:
+        said = str(error)
+        assert refused and "\n" not in said, said
+        assert said.startswith(
+            f"model.compile.mode={mode} with trainer.accumulate_grad_batches={accumulate}: CUDA"
+        )
+        assert said.endswith(
+            "use model.compile=true (no CUDA graphs) or trainer.accumulate_grad_batches=1"
+        )
+    else:
+        assert not refused
+
+
 def test_the_narrowest_width_allowed_nhwc_on_the_cpu_trains_on_one_thread():
     """The bound's other side, in a process of its own (the bug below it aborts the process):
     a step of every layer, shortcuts included, at that width in NHWC on one thread, as the
@@ -150,7 +178,7 @@ def test_fast_experiment_composes_the_speed_options(tmp_path):
     cfg = compose_config(["experiment=fast"], tmp_path)
     assert cfg.data.pipeline == "memory" and cfg.trainer.precision == "bf16-mixed"
     assert cfg.model.channels_last and cfg.model.compile and cfg.trainer.benchmark
-    assert cfg.model.compile.mode == "reduce-overhead"  # CUDA graphs: the host launches 2 a step
+    assert cfg.model.compile.mode == "reduce-overhead"  # CUDA graphs: two launches a step
     assert cfg.data.drop_last  # one shape: one compile (tests/test_compile_once.py)
     assert cfg.data.batch_size == 256 and cfg.model.optimizer.lr == 0.1  # still the d2l recipe
     assert cfg.trainer.max_epochs == 10

@@ -77,6 +77,7 @@ def test_eager_ops_are_the_outermost_aten_calls_outside_compiled_graphs():
     assert all(row["calls_per_step"] == 1 for row in counted["top_eager"])
 
 
+@pytest.mark.slow
 def test_a_run_is_timed_then_profiled_over_its_steady_steps(tmp_path):
     result = tmp_path / "profile.json"
     overrides = [

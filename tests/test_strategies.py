@@ -105,6 +105,7 @@ def test_batch_smaller_than_devices_runs_on_fewer(tmp_path):
     assert_same_parameters(state, expected)
 
 
+@pytest.mark.slow
 def test_on_after_backward_sees_the_summed_gradient(tmp_path):
     probe = "+callbacks.probe._target_=probes.GradientProbe"
     run(tmp_path, "single", probe, f"+callbacks.probe.path={tmp_path / 'single.pt'}")
@@ -163,6 +164,7 @@ def test_checkpoints_resume_across_strategies(tmp_path):
     assert_same_parameters(state, expected)
 
 
+@pytest.mark.slow
 @pytest.mark.distributed
 @pytest.mark.subprocess
 def test_ddp_two_processes_match_one_device(tmp_path, reference):

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from multigpu.storage.record import summarize
 from multigpu.tools.report.study import study_rows
@@ -38,6 +39,7 @@ def test_rows_give_each_experiment_mean_and_spread_over_seeds(tmp_path):
     assert np.isclose(two["epoch_s"], np.mean([2.0 + s for s in accs]))  # after the first
 
 
+@pytest.mark.slow
 def test_the_command_prints_the_table_and_writes_the_curves(tmp_path):
     for seed in (1, 2):
         write_job(tmp_path / "study" / "row" / f"seed={seed}", seed, [0.5, 0.6 + seed / 100])

@@ -77,6 +77,7 @@ def sweep(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_every_job_has_its_own_complete_folder(sweep):
     jobs = sorted(p for p in sweep.iterdir() if p.is_dir())
     assert [p.name for p in jobs] == JOB_FOLDERS
@@ -115,6 +116,7 @@ def test_summary_rows_follow_the_jobs_metrics(sweep):
     assert "| job | status |" in (sweep / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_report_command_rewrites_a_copied_sweep(sweep, tmp_path):
     copy = tmp_path / "copy"
     shutil.copytree(sweep, copy)
@@ -186,6 +188,7 @@ def test_a_sweep_with_a_job_torch_refuses_when_built_is_refused_whole(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_failing_job_is_recorded_and_the_others_run(tmp_path):
     result = run_script(
         "train.py",

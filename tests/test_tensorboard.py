@@ -184,6 +184,7 @@ def records(outputs: Path) -> dict[str, dict]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_runs_are_named_by_what_they_are(server):
     runs = sorted(fetch(f"{server}/data/runs"))

@@ -314,6 +314,7 @@ def test_a_named_typo_is_answered_with_its_fix(case):
     assert typo.suggestions[: len(suggestions)] == suggestions
 
 
+@pytest.mark.slow
 @examples(40)
 @given(value=st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=10))
 def test_an_override_hydra_cannot_read_is_named_in_one_line(value):
@@ -418,6 +419,7 @@ CONFIGS = st.sampled_from(["config", "eval"])
 SLOW_HYPOTHESIS = examples(12)  # each case composes once: MULTIGPU_EXPLORE draws more
 
 
+@pytest.mark.slow
 @SLOW_HYPOTHESIS
 @given(st.data())
 def test_the_keys_judged_are_those_hydra_composes(data):
@@ -464,6 +466,7 @@ def parses(override: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 @SLOW_HYPOTHESIS
 @given(st.data())
 def test_a_misspelt_key_is_found_and_its_original_suggested(data):
@@ -496,6 +499,7 @@ def override_value(value) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+@pytest.mark.slow
 @SLOW_HYPOTHESIS
 @given(st.data())
 def test_a_key_set_to_its_own_value_passes(data):
@@ -585,6 +589,7 @@ def test_an_interpolation_that_cannot_be_resolved_is_one_line_before_hydra(argv,
         assert found is not None and said in found and "cannot be resolved" in found, found
 
 
+@pytest.mark.slow
 @examples(15)
 @given(
     name=st.from_regex(r"NOPE_[A-Z]{3,12}", fullmatch=True),

@@ -102,6 +102,7 @@ def test_an_epoch_stopped_before_its_last_batch_is_shorter_not_faster(epochs):
     assert all(h["partial_batches"] is None for h in timed_epochs(drawn)) == bool(whole)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_path):
     """It had been recorded as a whole epoch: its half-length seconds counted as an epoch's,
     its test accuracy the epoch before's (it was not evaluated), and the closing line said
@@ -141,6 +142,7 @@ def test_a_run_stopped_by_max_steps_mid_epoch_records_that_epoch_as_stopped(tmp_
     assert resumed["epoch_s"] == pytest.approx(whole[1])  # the whole epochs but the first
 
 
+@pytest.mark.slow
 def test_a_run_without_a_limit_of_epochs_that_max_steps_ended_is_finished(tmp_path):
     """``trainer.max_epochs=-1 +trainer.max_steps=6``, its command again: refused as "trained
     further in place", with a fix that trained nothing; a sweep run again refused each job."""
@@ -650,6 +652,7 @@ def resumed_with_more_steps(tmp_path: Path, steps: int, more: int) -> tuple[dict
     return record, tmp_path / "resumed" / "checkpoints" / "last.ckpt"
 
 
+@pytest.mark.slow
 def test_a_max_steps_run_resumed_with_more_steps_goes_on_with_the_next_epoch(tmp_path):
     """Under ``max_steps`` Lightning went on with the epoch the checkpoint had ended: a run
     stopped after 2 of an epoch's 4 batches, resumed with 4 steps more, trained 2 of them in

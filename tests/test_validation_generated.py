@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from conftest import CONF, TINY, compose_config, composed, examples, resolve_on
 from hypothesis import assume, event, given
 from omegaconf import OmegaConf
@@ -188,6 +189,7 @@ def check_scheduler(scheduler: Mapping[str, Any] | None, run: Run) -> None:
         assert run.max_epochs in (None, -1) or scheduler["T_max"] >= run.max_epochs
 
 
+@pytest.mark.slow
 @examples(18)  # each case composes: MULTIGPU_EXPLORE draws more
 @given(drawn_configs())
 def test_generated_configs_resolve_or_are_refused_in_one_line(case):
@@ -250,6 +252,7 @@ def unknown_keys(draw) -> tuple[str, str]:
     return node, key
 
 
+@pytest.mark.slow
 @examples(25)
 @given(unknown_keys())
 def test_a_key_nothing_reads_is_refused_in_one_line_wherever_the_config_got_it(case):
@@ -297,6 +300,7 @@ NEUTRAL = {"accelerator": "cpu", "devices": 1, "logger": False, "enable_checkpoi
 NEUTRAL |= {"enable_progress_bar": False, "enable_model_summary": False}
 
 
+@pytest.mark.slow
 @examples(20)
 @given(
     st.sampled_from(sorted(lightnings_numbers())),
@@ -323,6 +327,7 @@ def test_a_trainer_number_checked_before_torch_is_one_lightning_takes(name, valu
 
 
 # Cross-checks with many inputs: devices listed twice, whole batches ----------------------------
+@pytest.mark.slow
 @examples(40)
 @given(
     st.sampled_from(["auto", "single", "dp", "scatter_allreduce", "ddp", "ddp_spawn"]),
@@ -384,6 +389,7 @@ def test_drop_last_resolves_exactly_when_the_loader_has_a_whole_batch(
     assert len(data.train_dataloader()) >= 1
 
 
+@pytest.mark.slow
 @examples(30)
 @given(
     batch=st.integers(1, 64),

@@ -210,6 +210,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
     check_compile(strategy, accelerator, ids, model.get("compile", False))
+    check_cuda_graphs(accelerator, model, trainer)
     check_channels_last(accelerator, model)
     if strategy == "scatter_allreduce":
         check_split_weights(strategy_cfg.get("split_weights"), len(ids))
@@ -650,6 +651,31 @@ def check_compile(strategy: str, accelerator: str, ids: list[int], compile: Any)
             f"model.compile with strategy=dp on {len(ids)} GPUs: DataParallel re-replicates the "
             "network every step, which torch.compile cannot follow; use "
             "strategy=scatter_allreduce (persistent replicas) or strategy=ddp"
+        )
+
+
+# torch.compile's modes that replay the compiled graphs as CUDA graphs (on CUDA; a CPU has none).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def check_cuda_graphs(
+    accelerator: str, model: Mapping[str, Any], trainer: Mapping[str, Any]
+) -> None:
+    """Replayed as CUDA graphs, a backward's gradients live in the graphs' memory, which the next
+    batch's replay writes over: a step that accumulates them over several batches would add into
+    overwritten memory (the warm-up did, and failed on an H200)."""
+    compile, accumulate = model.get("compile"), trainer.get("accumulate_grad_batches") or 1
+    mode = compile.get("mode") if isinstance(compile, Mapping) else None
+    if (
+        accelerator == "cuda"
+        and mode in CUDA_GRAPH_MODES
+        and is_count(accumulate)
+        and accumulate > 1
+    ):
+        raise UserError(
+            f"model.compile.mode={mode} with trainer.accumulate_grad_batches={accumulate}: CUDA "
+            "graphs write over the gradients a step accumulates over its batches; use "
+            "model.compile=true (no CUDA graphs) or trainer.accumulate_grad_batches=1"
         )
 
 
