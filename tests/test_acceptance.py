@@ -102,6 +102,20 @@ def test_the_budget_skips_what_it_cannot_fit(tmp_path):
     assert "NOT RUN: the budget was spent before it" in stdout
 
 
+def test_import_times_are_read_per_library_from_pythons_own_account(tmp_path):
+    """``-X importtime``'s top-level lines, one per library imported: each one's cumulative time
+    is what it added to those before it, and the total is their sum."""
+    libraries = "json, decimal, email.mime.text"
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {libraries}"],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    (tmp_path / acceptance_module.log_name("imports")).write_text(done.stdout + done.stderr)
+    result = acceptance_module.read_imports(tmp_path)
+    assert {"json", "decimal", "email.mime.text"} <= set(result["by_library"])
+    assert result["seconds"] == pytest.approx(sum(result["by_library"].values()))
+    nested = re.findall(r"\| {2,}email\.mime$", done.stderr, re.M)  # under email.mime.text
+    assert nested and "email.mime" not in result["by_library"]  # what a library imports is its own
+
+
 @pytest.mark.slow
 def test_the_acceptance_script_takes_cpu_before_the_part(tmp_path):
     """``--cpu`` first, as a user may type it (the gpu tests only: collected and skipped)."""
@@ -151,4 +165,7 @@ def test_the_gpu_acceptance_runs_dry_on_the_cpu(tmp_path):
         r"^\| [\w ]+ \| 0\.\d{4} \|(?: [^|]+ \|){4} ([\d.]+) \| ([\d.]+) \|", report, re.M
     )
     assert len(spans) == 3 + len(acceptance_module.SPEEDRUN_VARIANTS), report
+    # The imports a run makes before its first line, each library's share.
+    imports = re.search(r"^\| imports \| ran \(([\d.]+) s of imports: (\w+) ([\d.]+)", report, re.M)
+    assert imports and float(imports[1]) >= float(imports[3]) > 0, report
     assert all(0 < float(up) < 60 and 0 < float(down) < 60 for up, down in spans)

@@ -56,6 +56,11 @@ SPEEDRUN = {"accuracy": 0.93, "train_s": 5.0, "command_s": 30.0, "seeds": (0, 1,
 # One seed more of the speedrun, for each change the last GPU run pointed at (docs/gpu.md):
 # without cuDNN's autotuning, which a step bound by the host may not need in its first epoch.
 SPEEDRUN_VARIANTS = {"no_autotune": ["trainer.benchmark=false"]}
+# What a run imports before its first line, one library after the other (each one's time is what
+# it adds to those before it): the speedrun spent 17-21 s before its first logged line on an
+# H200 (2026-11-28), 8.9 s here on a 2-core CPU, 7.8 s of them imports.
+IMPORTS = "import torch, pytorch_lightning, torchvision, torchmetrics, hydra, multigpu.run.fit"
+IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \| (\S+)$", re.M)  # top level only
 # A dry run on the CPU: the same command, tiny (as narrow as its NHWC layout takes on a CPU).
 SPEEDRUN_DRY = [
     *("trainer.accelerator=cpu", "trainer.precision=32-true", "model.compile=false"),
@@ -87,8 +92,8 @@ PROFILE_WINDOW = {
 }
 # Each step's cap in seconds on a GPU (a dry run's are the same); the whole command's budget
 # (--budget) also bounds every step: a GPU rented by the minute.
-CAPS = {"tests": 150.0, "speedrun": 90.0, "epoch": 100.0, "loader": 40.0, "syncs": 60.0,
-        "profile": 60.0}  # fmt: skip
+CAPS = {"tests": 150.0, "imports": 60.0, "speedrun": 90.0, "epoch": 100.0, "loader": 40.0,
+        "syncs": 60.0, "profile": 60.0}  # fmt: skip
 # Within one 10-minute call of a GPU machine. The parts' times on the H200 (2026-11-27) add up
 # to about 9.5 minutes: what does not fit is named NOT RUN; two calls (tests speedrun, bench
 # profile) run them all.
@@ -125,6 +130,8 @@ def steps(parts: set[str], out: Path, dry_run: bool, workers: int) -> list[Step]
         command += ["-n", str(workers)] if workers > 1 else []
         found.append(Step("tests", "gpu tests", command, CAPS["tests"], read_tests))
     if "speedrun" in parts:
+        command = [python, "-X", "importtime", "-c", IMPORTS]
+        found.append(Step("startup", "imports", command, CAPS["imports"], read_imports))
         runs = [("", seed, []) for seed in SPEEDRUN["seeds"]]
         runs += [(f"{name} ", 0, changes) for name, changes in SPEEDRUN_VARIANTS.items()]
         for variant, seed, changes in runs:
@@ -209,6 +216,14 @@ def logged_span(log: Path) -> dict[str, float]:
     seconds = [time.mktime(time.strptime(s, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
                for s, ms in stamps]  # fmt: skip
     return {"first_log_at": seconds[0], "last_log_at": seconds[-1]} if seconds else {}
+
+
+def read_imports(out: Path) -> dict[str, Any]:
+    """Seconds each library of ``IMPORTS`` added, from ``python -X importtime``'s top level."""
+    log = out / log_name("imports")
+    text = log.read_text(errors="replace") if log.is_file() else ""
+    added = {name: int(micro) / 1e6 for micro, name in IMPORT_LINE.findall(text)}
+    return {"seconds": sum(added.values()), "by_library": added} if added else {}
 
 
 def read_bench(name: str, folder: str | None = None) -> Callable[[Path], dict[str, Any]]:
@@ -303,6 +318,8 @@ def verdicts(steps: list[Step], dry_run: bool) -> list[tuple[str, str]]:
             found.append((step.name, profile_verdict(step)))
         elif step.part == "speedrun_variant":
             found.append((step.name, variant_verdict(step)))
+        elif step.part == "startup":
+            found.append((step.name, imports_verdict(step)))
     speedrun = [s for s in steps if s.part == "speedrun"]
     if speedrun:
         found.append(("speedrun_gpu", speedrun_verdict(speedrun, dry_run)))
@@ -385,6 +402,16 @@ def profile_verdict(step: Step) -> str:
         return f"ran ({measured}; no device timeline)"
     side = "the host" if busy < 0.8 * result["ms_per_step"] else "the device"
     return f"{side} limits the step ({measured}, the device's kernels {busy:.2f} ms)"
+
+
+def imports_verdict(step: Step) -> str:
+    """Measured, no target: how much of a run's start-up its imports are."""
+    if problem := failed(step):
+        return problem
+    result = step.state["result"]
+    largest = sorted(result["by_library"].items(), key=lambda item: -item[1])[:4]
+    each = ", ".join(f"{name} {seconds:.1f}" for name, seconds in largest)
+    return f"ran ({result['seconds']:.1f} s of imports: {each})"
 
 
 def variant_verdict(step: Step) -> str:
