@@ -164,6 +164,19 @@ class LossLog(Callback):
             f.write(f"{float(outputs['loss'])}\n")
 
 
+class BarLossLog(Callback):
+    """Appends the loss the progress bar shows after every step, one per line (added after the
+    project's callbacks: it reads what they set)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        with open(self.path, "a") as f:
+            f.write(f"{trainer.progress_bar_metrics.get('loss')}\n")
+
+
 class DieDuringCheckpointWrite(Callback):
     """Kills the process half-way through writing the checkpoint of a given epoch, as a
     power cut or ``kill -9`` would (``os._exit``: no cleanup, no exception handlers)."""

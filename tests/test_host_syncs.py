@@ -124,6 +124,28 @@ def test_without_a_progress_bar_no_loss_is_read(tmp_path):
     assert counted["steps"] == 10 and counted["syncs"] == 0, counted["where"]
 
 
+def test_the_bar_shows_each_batchs_own_loss_whatever_a_step_accumulates(tmp_path):
+    """Before the first optimizer step the weights are the same whatever a step accumulates, so
+    the bar's loss after batch 0 is the same number (Lightning hands callbacks the loss divided
+    by the batches a step accumulates: the bar had shown half of it with 2)."""
+    shown = {}
+    for accumulate in (1, 2):
+        log = tmp_path / f"bar_{accumulate}.txt"
+        overrides = [
+            *(o for o in TINY if not o.startswith("callbacks.progress_bar")),
+            *("data=synthetic", "data.num_train=64", "data.num_test=16", "data.batch_size=16"),
+            *("callbacks.progress_bar.refresh_rate=1", "callbacks.test_figures=null"),
+            f"+trainer.accumulate_grad_batches={accumulate}",
+            *("+callbacks.bar_log._target_=probes.BarLossLog", f"+callbacks.bar_log.path={log}"),
+        ]
+        run = compose_config(overrides, tmp_path / f"run_{accumulate}")
+        assert train(run)["status"] == "completed"
+        shown[accumulate] = [float(line) for line in log.read_text().split()]
+    assert len(shown[1]) == len(shown[2]) == 4
+    assert shown[2][0] == pytest.approx(shown[1][0], rel=1e-6)
+    assert 1.5 < shown[1][0] < 3.5  # about ln(10): a fresh network's cross-entropy on 10 classes
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_the_command_prints_the_count_of_a_run(tmp_path):

@@ -39,4 +39,7 @@ class BarLoss(Callback):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is None or not redraws_after(trainer.progress_bar_callback, trainer, batch_idx):
             return
-        trainer.progress_bar_metrics[NAME] = loss.detach().item()  # waits for the device
+        # Lightning hands over the loss divided by the batches a step accumulates (what backward
+        # sums); the bar shows the batch's own, as metrics.json's train/loss averages it.
+        scaled = loss.detach() * trainer.accumulate_grad_batches
+        trainer.progress_bar_metrics[NAME] = scaled.item()  # waits for the device
