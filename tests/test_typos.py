@@ -20,7 +20,14 @@ from omegaconf import OmegaConf
 
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import dotted_keys
-from multigpu.config.typos import PARAMS, Composition, composing, find_typos, parse_overrides
+from multigpu.config.typos import (
+    PARAMS,
+    Composition,
+    composing,
+    find_typos,
+    hydra_refusal,
+    parse_overrides,
+)
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
@@ -638,3 +645,49 @@ def test_a_misspelt_key_in_a_users_own_config_file_is_refused_with_the_closest(
     result = run_script("train.py", "--config-dir", "mine", "--config-name", "mine", cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip() == f"error: {said}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]  # nothing written
+
+
+def composed_nodes() -> list[str]:
+    """Every mapping of the composed config, by its dotted key ("" for the top)."""
+    with composing(CONF):
+        cfg = OmegaConf.to_container(compose("config", ["model.net.width=4"]))
+
+    def mappings(node: dict, prefix: str) -> list[str]:
+        found = []
+        for name, value in node.items():
+            if isinstance(value, dict):
+                key = f"{prefix}.{name}" if prefix else str(name)
+                found += [key, *mappings(value, key)]
+        return found
+
+    return ["", *mappings(cfg, "")]
+
+
+@examples(25)
+@given(data=st.data())
+def test_a_key_appended_twice_is_refused_in_one_line_with_hydras_fix(data):
+    """``+key=value`` appends a key the config lacks; given twice, Hydra refuses the second
+    (a page, exit 1): here one line naming ``++key`` (add or override). Once, or then ``++``,
+    passes."""
+    node = data.draw(st.sampled_from(composed_nodes()), label="node")
+    name = data.draw(st.from_regex(r"[a-z][a-z_]{0,8}x", fullmatch=True), label="name")
+    key = f"{node}.{name}" if node else name
+    said = hydra_refusal([f"+{key}=1", f"+{key}=2"], "config", CONF)
+    assert said is not None and "\n" not in said
+    assert f"An item is already at '{key}'" in said and f"'++{key}=2'" in said
+    assert hydra_refusal([f"+{key}=1", f"++{key}=2"], "config", CONF) is None
+    assert hydra_refusal([f"+{key}=1"], "config", CONF) is None
+
+
+@pytest.mark.parametrize("option", ["cosine", pytest.param("step", marks=pytest.mark.slow)])
+def test_a_scheduler_chosen_without_its_plus_is_answered_with_it(option, tmp_path):
+    """The named case: ``model/scheduler`` is no choice of the defaults, so one is added with
+    ``+model/scheduler=<option>``; without the ``+`` Hydra printed a page and exited 1. One
+    line, exit 2, nothing written."""
+    said = hydra_refusal([f"model/scheduler={option}"], "config", CONF)
+    assert said and f"use +model/scheduler={option}" in said and "\n" not in said
+    assert hydra_refusal([f"+model/scheduler={option}"], "config", CONF) is None
+    done = run_script("train.py", f"model/scheduler={option}", cwd=tmp_path)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: Could not")
+    assert list(tmp_path.iterdir()) == []

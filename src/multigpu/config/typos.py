@@ -47,7 +47,8 @@ def check_command_line(config_name: str) -> None:
     or holds an interpolation that cannot be resolved; else return, having written nothing."""
     argv, conf = sys.argv[1:], conf_dir()
     typos = "; ".join(typo.message for typo in find_typos(argv, config_name, conf))
-    if said := typos or check_interpolations(argv, config_name, conf):
+    said = typos or check_interpolations(argv, config_name, conf)
+    if said := said or hydra_refusal(argv, config_name, conf):
         print(f"error: {said}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -71,6 +72,33 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
                 return typos
         refused = hydra.refused_value()  # a value Hydra's typed node refuses (n_trials=abc)
     return [Typo(refused)] if refused else []
+
+
+def hydra_refusal(argv: list[str], config_name: str, conf: Path) -> str | None:
+    """Hydra's own refusal of a command line whose every name is right, in one line with the
+    fix Hydra gives (a group the defaults do not list, overridden without ``+``; a key
+    appended with ``+`` that is already there): Hydra would print it as a page and exit 1.
+    One composition of the command (about 0.1 s); a sweep's overrides are left to each job."""
+    try:
+        overrides = parse_overrides(argv)
+    except UsageError:
+        return None
+    lines = [o.input_line for o in overrides if not o.is_sweep_override()]
+    if not lines:
+        return None
+    from hydra import compose
+    from hydra.errors import ConfigCompositionException
+
+    with composing(conf):
+        try:
+            compose(config_name, lines, return_hydra_config=True)
+        except ConfigCompositionException as refused:
+            if refused.__cause__ is not None:  # a value's, which the job may yet resolve
+                return None
+            return " ".join(str(refused).split())
+        except Exception:  # anything else: Hydra says it, with its context, when it runs
+            return None
+    return None
 
 
 # What a resolution error says of a value known only once Hydra runs the job: ${hydra:...},
