@@ -36,19 +36,8 @@ settings.register_profile("explore", max_examples=100 * max(EXPLORE, 1), derando
 settings.load_profile("explore" if EXPLORE else "suite")
 
 
-# The default suite's longest files (tens of seconds each on 2 cores), handed out first: the
-# workers take whole files in collection order, and one of these taken last ran alone at the end.
-LONGEST_FILES = (
-    "test_settings.py", "test_typos.py", "test_optuna.py", "test_integrity.py",
-    "test_bad_input.py", "test_folder_contract.py", "test_gpu_admission.py", "test_user_facing.py",
-)  # fmt: skip
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest files first; exploring multiplies the examples, and with them a test's time:
-    no per-test limit."""
-    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+    """Exploring multiplies the examples, and with them a test's time: no per-test limit."""
     if EXPLORE:
         for item in items:
             item.add_marker(pytest.mark.timeout(0), append=False)

@@ -50,6 +50,7 @@ def test_a_compiled_network_is_one_graph(strategy, replicas, tmp_path):
     assert record["compile_s"] == pytest.approx(first["compile_s"] + second["compile_s"])
 
 
+@pytest.mark.slow
 def test_a_short_last_batch_is_a_second_graph_without_drop_last(tmp_path):
     """What ``data.drop_last=true`` spares the compiled recipes: 100 images in batches of 32
     end with a batch of 4, a second shape, compiled as such (never as symbolic shapes)."""

@@ -130,7 +130,6 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return network_state(load_checkpoint(run_dir / "checkpoints" / "last.ckpt"))
 
 
-@pytest.mark.slow
 def test_sbatch_and_srun_give_one_folder_and_two_ranks(slurm, tmp_path, data_root):
     probe = ["+callbacks.probe._target_=probes.RankBatch", f"+callbacks.probe.folder={tmp_path}"]
     job = sbatch(

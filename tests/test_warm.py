@@ -54,7 +54,9 @@ def test_a_warm_run_is_what_a_cold_run_is(how, script, tmp_path):
     assert ("late" in warm.stdout) == (how == "child")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+)
 def test_a_warm_process_dies_of_a_signal_as_a_cold_one(signum, script, tmp_path):
     """Ctrl-C: a KeyboardInterrupt, then the interpreter dies of SIGINT; SIGTERM: killed."""
     cold = subprocess.Popen(

@@ -675,7 +675,7 @@ def check_cuda_graphs(
         raise UserError(
             f"model.compile.mode={mode} with trainer.accumulate_grad_batches={accumulate}: CUDA "
             "graphs write over the gradients a step accumulates over its batches; use "
-            "model.compile=true (no CUDA graphs) or trainer.accumulate_grad_batches=1"
+            "model.compile=true (no CUDA graphs) or leave out +trainer.accumulate_grad_batches"
         )
 
 
