@@ -19,6 +19,7 @@ from hypothesis import example, given
 from multigpu.config.errors import UserError
 from multigpu.config.settings import CUDA_GRAPH_MODES, MIN_CPU_NHWC_WIDTH
 from multigpu.models.classifier import ImageClassifier
+from multigpu.models.compiled import is_compiled
 from multigpu.run.fit import build_module
 from multigpu.run.training import resolve, train
 from multigpu.storage.checkpoint import load_checkpoint, network_state
@@ -61,6 +62,25 @@ def test_speed_options_compute_what_the_plain_network_computes(options):
     assert module.state_dict().keys() == plain.state_dict().keys()
     if options.get("channels_last"):
         assert module.net[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize(
+    "compile,compiled",
+    [(True, True), ({}, True), ({"mode": "default"}, True), (False, False), (None, False)],
+    ids=["true", "empty_map", "a_mode", "false", "null"],
+)
+def test_a_map_of_compile_arguments_compiles_even_when_empty(compile, compiled, tmp_path):
+    """``model.compile={}`` is torch.compile with no arguments, as ``true`` is: an empty map
+    is falsy, and the network was quietly left uncompiled. The settings read it alike: compiled
+    DataParallel is refused on several GPUs for either."""
+    assert is_compiled(classifier(compile=compile).net) is compiled  # lazily: nothing compiles yet
+    cfg = composed(["strategy=dp", "trainer.devices=2"])
+    cfg.model.compile = compile
+    if compiled:
+        with pytest.raises(UserError, match="model.compile with strategy=dp on 2 GPUs"):
+            resolve_on(cfg, cuda_devices=2)
+    else:
+        assert resolve_on(cfg, cuda_devices=2).strategy == "dp"
 
 
 @pytest.mark.slow

@@ -342,6 +342,14 @@ class Compile(Node):  # model.compile as torch.compile's keyword arguments
     disable: bool = False
 
 
+def compile_options(value: Any) -> dict[str, Any] | None:
+    """``model.compile`` as torch.compile's keyword arguments, or None: not compiled. A map,
+    even an empty one, compiles with its arguments, as ``true`` compiles with none."""
+    if value is True:
+        return {}
+    return dict(value) if isinstance(value, Mapping) else None
+
+
 SCHEMAS: dict[str, type[Node]] = {
     "": Top,
     "data": Data,

@@ -50,6 +50,7 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     as_override,
     check_ranges_and_names,
     check_types,
+    compile_options,
     config_tree,
     example,
     ranges,
@@ -209,7 +210,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     strategy = chosen_strategy(strategy, len(ids) * num_nodes)
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
-    check_compile(strategy, accelerator, ids, model.get("compile", False))
+    check_compile(strategy, accelerator, ids, compile_options(model.get("compile")))
     check_cuda_graphs(accelerator, model, trainer)
     check_channels_last(accelerator, model)
     if strategy == "scatter_allreduce":
@@ -643,10 +644,10 @@ def check_nodes_started(
     )
 
 
-def check_compile(strategy: str, accelerator: str, ids: list[int], compile: Any) -> None:
+def check_compile(strategy: str, accelerator: str, ids: list[int], options: Any) -> None:
     """DataParallel makes new replicas of the network every step, and a compiled network's
     replicas would call the original on the wrong device; its other strategies compile."""
-    if compile and strategy == "dp" and accelerator == "cuda" and len(ids) > 1:
+    if options is not None and strategy == "dp" and accelerator == "cuda" and len(ids) > 1:
         raise UserError(
             f"model.compile with strategy=dp on {len(ids)} GPUs: DataParallel re-replicates the "
             "network every step, which torch.compile cannot follow; use "
@@ -664,8 +665,8 @@ def check_cuda_graphs(
     """Replayed as CUDA graphs, a backward's gradients live in the graphs' memory, which the next
     batch's replay writes over: a step that accumulates them over several batches would add into
     overwritten memory (the warm-up did, and failed on an H200)."""
-    compile, accumulate = model.get("compile"), trainer.get("accumulate_grad_batches") or 1
-    mode = compile.get("mode") if isinstance(compile, Mapping) else None
+    options = compile_options(model.get("compile")) or {}
+    mode, accumulate = options.get("mode"), trainer.get("accumulate_grad_batches") or 1
     if (
         accelerator == "cuda"
         and mode in CUDA_GRAPH_MODES

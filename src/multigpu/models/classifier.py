@@ -16,6 +16,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from typing_extensions import override
 
 from multigpu.config.names import SCHEDULER_EPOCH_KEYS, Decayed, SchedulerInterval
+from multigpu.config.schema import compile_options
 from multigpu.config.settings import plain
 from multigpu.models.compiled import compile_network, eager, warm_up
 from multigpu.models.metrics import SampleMean
@@ -74,7 +75,7 @@ class ImageClassifier(LightningModule):
         self.scheduler_interval = scheduler_interval
         self.weight_decay_on = weight_decay_on
         self.warmup = plain(warmup) or {}
-        self.compile_options = ({} if compile is True else plain(compile)) if compile else None
+        self.compile_options = compile_options(plain(compile))
         net, optimizer, scheduler = plain(net), plain(optimizer), plain(scheduler)
         self.save_hyperparameters(
             {"net": net, "optimizer": optimizer, "scheduler": scheduler}, logger=False

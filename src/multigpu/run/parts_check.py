@@ -20,6 +20,7 @@ from omegaconf import Container, DictConfig, OmegaConf
 
 from multigpu.config.errors import RunStopped, UserError, summary_line
 from multigpu.config.job_names import task_overrides
+from multigpu.config.schema import compile_options
 from multigpu.config.settings import Run, plain
 
 log = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def model_parts(cfg: DictConfig, run: Run, fit: Any) -> None:
     module = built(
         "model", model, lambda: on_meta_device(model, lambda: fit.build_module(model, run))
     )
-    compiled = bool(model.get("compile"))
+    compiled = compile_options(plain(model.get("compile"))) is not None
     built(
         "model.compile" if compiled else "model.channels_last",
         {"_target_": "torch.compile"} if compiled else None,
