@@ -203,6 +203,13 @@ NAMED = {
         "+model/scheduler=cosine",
         [],
     ),
+    "key_under_compile_true_or_false": (  # not momentum, the closest name by spelling
+        "config",
+        ["model.compile.mode=max-autotune"],
+        "model.compile.mode is not a setting: model.compile=false holds no keys; give them as "
+        "a map, e.g. model.compile={mode:max-autotune}",
+        [],
+    ),
     "hydra_launcher_option": (  # Hydra's own groups: its listing of them, plugins' included
         "config",
         ["hydra/launcher=slurmm"],
@@ -691,3 +698,13 @@ def test_a_scheduler_chosen_without_its_plus_is_answered_with_it(option, tmp_pat
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: Could not")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_group_the_defaults_choose_given_with_a_plus_is_answered_in_command_line_words():
+    """``+experiment=fast`` where the defaults already choose an experiment: Hydra's fix is the
+    defaults list's ``override experiment: fast``, which no command line takes."""
+    said = hydra_refusal(["+experiment=fast"], "config", CONF)
+    assert said == (
+        "Multiple values for experiment. To choose another, write experiment=fast (without +)"
+    )
+    assert hydra_refusal(["experiment=fast"], "config", CONF) is None

@@ -11,6 +11,7 @@ imported to read it). Syntax and ``+key`` for other nodes are left to Hydra.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from multigpu.config.typo_hydra import (
 )
 
 TRAINER = "trainer"  # the config node passed to Trainer(...)
+VALUE_OR_MAP = ("model.compile",)  # true or false, or a map of settings
 PARAMS = "hydra.sweeper.params"  # a sweeper's search space: Hydra's grammar cannot add to it
 
 
@@ -95,10 +97,19 @@ def hydra_refusal(argv: list[str], config_name: str, conf: Path) -> str | None:
         except ConfigCompositionException as refused:
             if refused.__cause__ is not None:  # a value's, which the job may yet resolve
                 return None
-            return " ".join(str(refused).split())
+            return on_the_command_line(" ".join(str(refused).split()))
         except Exception:  # anything else: Hydra says it, with its context, when it runs
             return None
     return None
+
+
+# Hydra's fix for a group given twice (``+experiment=fast`` where the defaults list it) is the
+# defaults list's syntax, ``override experiment: fast``; on the command line it is without +.
+DEFAULTS_LIST_FIX = re.compile(r"To override a value use 'override ([\w/.@-]+): ([^']*)'")
+
+
+def on_the_command_line(refusal: str) -> str:
+    return DEFAULTS_LIST_FIX.sub(r"To choose another, write \1=\2 (without +)", refusal)
 
 
 # What a resolution error says of a value known only once Hydra runs the job: ${hydra:...},
@@ -234,6 +245,8 @@ class Composition(Offer):
             return Typo(f"{key} is not a setting yet: add it with {added}", [f"+{key}"])
         if unlocked := self.options_giving(key):
             return Typo(f"{key} is not a setting {unlocked}")
+        if held := self.map_instead(override):
+            return Typo(f"{key} is not a setting: {held}")
         names = self.keys | self.groups
         names |= {self.trainer_setting(a) for a in TRAINER_ARGUMENTS} if trainer else set()
         close = closest(
@@ -246,6 +259,23 @@ class Composition(Offer):
         if trainer and not any(c.startswith("+") for c in close):
             hint = f" (a new Trainer argument is added with +{TRAINER}.<name>)"
         return unknown(key, "a setting", close, hint)
+
+    def map_instead(self, override: Any) -> str:
+        """``model.compile.mode=default`` where ``model.compile`` holds true or false: it takes
+        a map of torch.compile's arguments instead, written so; or ""."""
+        from omegaconf import OmegaConf
+
+        node, _, rest = override.key_or_group.rpartition(".")
+        if node not in VALUE_OR_MAP or override.is_delete():
+            return ""
+        if any(o.key_or_group == node for o in self.overrides):
+            return ""  # a map the command line sets: Hydra says how to add to it
+        if OmegaConf.is_config(OmegaConf.select(self.config, node)):
+            return ""
+        held = OmegaConf.select(self.config, node)
+        shown = {None: "null", True: "true", False: "false"}.get(held, held)
+        value = override.get_value_string()
+        return f"{node}={shown} holds no keys; give them as a map, e.g. {node}={{{rest}:{value}}}"
 
     def options_giving(self, key: str) -> str:
         """How to get ``key`` under an empty group (``model.scheduler.T_max`` while
