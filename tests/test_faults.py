@@ -531,10 +531,12 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     )
 
 
-def test_a_divergence_names_the_lr_its_step_was_taken_at(tmp_path):
+@pytest.mark.parametrize("accumulate", [1, 2])
+def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, tmp_path):
     """The window is checked after its steps, by when a schedule has moved the lr on (a cosine
     over the epoch's steps is at 0 at its end): the line names the lr of the bad step, as a
-    second optimizer and scheduler stepped the same number of times give it."""
+    second optimizer and scheduler stepped the same number of times give it. Under gradient
+    accumulation a step is several batches: the line names the step and the batch."""
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -563,6 +565,7 @@ def test_a_divergence_names_the_lr_its_step_was_taken_at(tmp_path):
     trainer = pl.Trainer(
         max_epochs=1,
         accelerator="cpu",
+        accumulate_grad_batches=accumulate,
         callbacks=[DivergenceGuard(check_every_n_steps=100)],  # checked at the epoch's end
         logger=False,
         enable_checkpointing=False,
@@ -573,9 +576,11 @@ def test_a_divergence_names_the_lr_its_step_was_taken_at(tmp_path):
     with pytest.raises(Diverged) as diverged:
         trainer.fit(BlowsUpAtTheLastStep(), data)
     optimizer, scheduler = schedule([torch.nn.Parameter(torch.zeros(1))])
-    for _ in range(3):  # the bad step is the fourth: three scheduler steps before it
+    bad_step = 4 // accumulate  # the fourth batch closes the last step
+    for _ in range(bad_step - 1):  # the scheduler's steps before it
         optimizer.step()
         scheduler.step()
     taken_at = optimizer.param_groups[0]["lr"]
     assert trainer.optimizers[0].param_groups[0]["lr"] != pytest.approx(taken_at)
-    assert f"at step 4 (epoch 1) with lr {taken_at:g};" in str(diverged.value)
+    batch = ", batch 4" if accumulate > 1 else ""
+    assert f"at step {bad_step} (epoch 1{batch}) with lr {taken_at:g};" in str(diverged.value)

@@ -2,8 +2,9 @@
 
 The losses of the last ``check_every_n_steps`` steps stay on the device and are read in one
 go, so the check costs one host synchronisation per window instead of one per step, and still
-names the exact step, with the lr it was taken at (read then: a schedule may have moved it by
-the time the window is checked, a cosine to 0 at its end). The window is always closed at the
+names the exact step (and batch, under gradient accumulation), with the lr it was taken at
+(read then: a schedule may have moved it by the time the window is checked, a cosine to 0 at
+its end). The window is always closed at the
 end of an epoch, before Lightning's checkpoint callback (which runs after all others) saves
 ``last.ckpt``.
 """
@@ -30,8 +31,9 @@ class DivergenceGuard(Callback):
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         self._losses: list[Tensor] = []
         self._lrs: list[float] = []  # each step's lr, a Python float: no host synchronisation
+        self._places: list[tuple[int, int]] = []  # each batch's (optimizer step, batch index)
         self._lr = math.nan  # the lr of the latest optimizer step (``on_before_optimizer_step``)
-        self._first_step = 0
+        self._step = 0  # the optimizer step the current batch is part of
 
     @override
     def on_train_batch_end(
@@ -40,12 +42,18 @@ class DivergenceGuard(Callback):
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if loss is None:
             return
-        if not self._losses:
-            self._first_step = trainer.global_step  # steps done, this one included
         self._losses.append(loss.detach().reshape(()))
+        self._places.append((self._step, batch_idx))
         self._lrs.append(self._lr if math.isfinite(self._lr) else current_lr(trainer))
         if len(self._losses) >= self.every:
             self.check(trainer)
+
+    @override
+    def on_train_batch_start(
+        self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        # Under gradient accumulation several batches make one step: the steps done, plus this.
+        self._step = trainer.global_step + 1
 
     @override
     def on_before_optimizer_step(
@@ -62,28 +70,30 @@ class DivergenceGuard(Callback):
     def check(self, trainer: Trainer) -> None:
         if not self._losses:
             return
-        losses, lrs = torch.stack(self._losses).float(), self._lrs
-        self._losses, self._lrs = [], []
+        losses, lrs, places = torch.stack(self._losses).float(), self._lrs, self._places
+        self._losses, self._lrs, self._places = [], [], []
         finite = torch.isfinite(losses)
         bad_here = not bool(finite.all())
         if not trainer.strategy.reduce_boolean_decision(bad_here, all=False):
             return
         if bad_here:
             index = int((~finite).nonzero()[0])
-            value, step, lr = losses[index].item(), self._first_step + index, lrs[index]
+            value, place, lr = losses[index].item(), places[index], lrs[index]
         else:  # another DDP process saw it first
-            value, step, lr = math.nan, trainer.global_step, lrs[-1]
-        raise Diverged(self.message(trainer, value, step, lr))
+            value, place, lr = math.nan, places[-1], lrs[-1]
+        raise Diverged(self.message(trainer, value, place, lr))
 
-    def message(self, trainer: Trainer, value: float, step: int, lr: float) -> str:
+    def message(self, trainer: Trainer, value: float, place: tuple[int, int], lr: float) -> str:
         last = self.checkpoint_dir / "last.ckpt" if self.checkpoint_dir else None
         if last is not None and last.is_file():
             kept = f"kept the last good checkpoint {last} (after epoch {trainer.current_epoch})"
         else:
             kept = "this run saved no checkpoint before it"
-        epoch = trainer.current_epoch + 1
+        (step, batch), epoch = place, trainer.current_epoch + 1
+        batch = f", batch {batch + 1}" if trainer.accumulate_grad_batches > 1 else ""
         return (
-            f"training diverged: loss is {value} at step {step} (epoch {epoch}) with lr {lr:g}; "
+            f"training diverged: loss is {value} at step {step} (epoch {epoch}{batch}) with lr "
+            f"{lr:g}; "
             f"{kept}: lower model.optimizer.lr and train again"
         )
 
