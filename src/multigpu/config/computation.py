@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import Container, DictConfig, OmegaConf
 
+from multigpu.config.errors import as_override
 from multigpu.config.names import MODEL
 from multigpu.config.schema import defaults
 from multigpu.config.settings import Run
@@ -178,7 +179,7 @@ def as_text(value: Any) -> str:
     if value is UNSET:
         return "(unset)"
     if isinstance(value, bool) or value is None:
-        return {None: "null", True: "true", False: "false"}[value]
+        return as_override(value)
     if isinstance(value, float):
         return f"{value:g}"
     text = str(value) if str(value).isprintable() else json.dumps(value, default=str)

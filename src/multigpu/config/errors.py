@@ -1,10 +1,12 @@
 """The errors a run ends with on purpose, each with the status it records and the exit status
 the entry points return (see ``multigpu.storage.outcome`` for every other exception), and the
-names a misspelt one may mean, which every such line offers the same way."""
+names a misspelt one may mean, which every such line offers the same way, and values as those
+lines write them."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 REASON_CHARS = 500  # an error's line, at most
 MAX_SUGGESTIONS = 3
@@ -97,6 +99,13 @@ def closest(word: str, candidates: Iterable[str]) -> list[str]:
     found = difflib.get_close_matches(word, list(candidates), MAX_SUGGESTIONS, CUTOFF)
     close = [c for c in found if ratio(c) >= ratio(found[0]) - WITHIN]
     return sorted(close, key=lambda c: (-ratio(c), c))
+
+
+def as_override(value: Any) -> str:
+    """A value as it is written on the command line (``true``, ``null``; not ``True``, ``None``)."""
+    if isinstance(value, bool) or value is None:
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value)
 
 
 def did_you_mean(names: list[str]) -> str:

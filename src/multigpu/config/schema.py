@@ -25,7 +25,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, as_override
 from multigpu.config.names import (
     COSINE,
     DATA_PARALLEL,
@@ -593,10 +593,3 @@ def example_of(info: FieldInfo) -> Any:
 
 def shown(value: Any) -> str:
     return "null" if value is None else repr(value)
-
-
-def as_override(value: Any) -> str:
-    """A value as it is written on the command line."""
-    if isinstance(value, bool) or value is None:
-        return {None: "null", True: "true", False: "false"}[value]
-    return str(value)

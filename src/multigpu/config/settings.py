@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import UserError, closest, did_you_mean
+from multigpu.config.errors import UserError, as_override, closest, did_you_mean
 from multigpu.config.launch import check_world, cluster_started, mark_parent
 from multigpu.config.names import (
     COSINE,
@@ -47,13 +47,11 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     Node,
     Top,
     Trainer,
-    as_override,
     check_ranges_and_names,
     check_types,
     compile_options,
     config_tree,
     example,
-    ranges,
     select,
     target_of,
 )
@@ -210,8 +208,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     strategy = chosen_strategy(strategy, len(ids) * num_nodes)
     check_placement(strategy, accelerator, devices, ids, num_nodes, machine.cpu_cores)
     check_nodes_started(num_nodes, len(ids), machine, choices)
-    check_compile(strategy, accelerator, ids, compile_options(model.get("compile")))
-    check_cuda_graphs(accelerator, model, trainer)
+    check_compile(strategy, accelerator, ids, model, trainer)
     check_channels_last(accelerator, model)
     if strategy == "scatter_allreduce":
         check_split_weights(strategy_cfg.get("split_weights"), len(ids))
@@ -644,28 +641,31 @@ def check_nodes_started(
     )
 
 
-def check_compile(strategy: str, accelerator: str, ids: list[int], options: Any) -> None:
+# torch.compile's modes that replay the compiled graphs as CUDA graphs (on CUDA; a CPU has none).
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+
+
+def check_compile(
+    strategy: str,
+    accelerator: str,
+    ids: list[int],
+    model: Mapping[str, Any],
+    trainer: Mapping[str, Any],
+) -> None:
     """DataParallel makes new replicas of the network every step, and a compiled network's
-    replicas would call the original on the wrong device; its other strategies compile."""
-    if options is not None and strategy == "dp" and accelerator == "cuda" and len(ids) > 1:
+    replicas would call the original on the wrong device; its other strategies compile.
+    Replayed as CUDA graphs, a backward's gradients live in the graphs' memory, which the next
+    batch's replay writes over: a step that accumulates them over several batches would add into
+    overwritten memory (the warm-up did, and failed on an H200)."""
+    options = compile_options(model.get("compile"))
+    if options is None:
+        return
+    if strategy == "dp" and accelerator == "cuda" and len(ids) > 1:
         raise UserError(
             f"model.compile with strategy=dp on {len(ids)} GPUs: DataParallel re-replicates the "
             "network every step, which torch.compile cannot follow; use "
             "strategy=scatter_allreduce (persistent replicas) or strategy=ddp"
         )
-
-
-# torch.compile's modes that replay the compiled graphs as CUDA graphs (on CUDA; a CPU has none).
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
-
-
-def check_cuda_graphs(
-    accelerator: str, model: Mapping[str, Any], trainer: Mapping[str, Any]
-) -> None:
-    """Replayed as CUDA graphs, a backward's gradients live in the graphs' memory, which the next
-    batch's replay writes over: a step that accumulates them over several batches would add into
-    overwritten memory (the warm-up did, and failed on an H200)."""
-    options = compile_options(model.get("compile")) or {}
     mode, accumulate = options.get("mode"), trainer.get("accumulate_grad_batches") or 1
     if (
         accelerator == "cuda"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.errors import summary_line
+from multigpu.config.errors import as_override, summary_line
 
 # Hydra's flags that load another config (or none), or do something else: the check stands aside.
 STAND_ASIDE = (
@@ -180,7 +180,7 @@ class Offer:
         takes += ["null"] if node._is_optional() else []
         example = node._value() if not is_container(node) else None
         example = EXAMPLES.get(type(node).__name__) if example is None else example
-        shown = f", e.g. {key}={example_text(example)}" if example is not None else ""
+        shown = f", e.g. {key}={as_override(example)}" if example is not None else ""
         return f"{said}: {key} takes {either(takes)} (Hydra: {words}); pass one{shown}"
 
     def compose(self, more: list[str]) -> Any:
@@ -263,8 +263,3 @@ def either(alternatives: list[str]) -> str:
 
 def is_container(node: Any) -> bool:
     return type(node).__name__ in ("DictConfig", "ListConfig")
-
-
-def example_text(value: Any) -> str:
-    """A value as the command line writes it (``true``, not ``True``)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)

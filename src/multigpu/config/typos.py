@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.errors import closest, did_you_mean
+from multigpu.config.errors import as_override, closest, did_you_mean
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import (
     Offer,
@@ -272,10 +272,8 @@ class Composition(Offer):
             return ""  # a map the command line sets: Hydra says how to add to it
         if OmegaConf.is_config(OmegaConf.select(self.config, node)):
             return ""
-        held = OmegaConf.select(self.config, node)
-        shown = {None: "null", True: "true", False: "false"}.get(held, held)
-        value = override.get_value_string()
-        return f"{node}={shown} holds no keys; give them as a map, e.g. {node}={{{rest}:{value}}}"
+        held, value = as_override(OmegaConf.select(self.config, node)), override.get_value_string()
+        return f"{node}={held} holds no keys; give them as a map, e.g. {node}={{{rest}:{value}}}"
 
     def options_giving(self, key: str) -> str:
         """How to get ``key`` under an empty group (``model.scheduler.T_max`` while

@@ -28,8 +28,14 @@ from multigpu.config.computation import (
     describe,
     differences,
 )
-from multigpu.config.errors import Interrupted, NothingToDo, UserError, closest, did_you_mean
-from multigpu.config.schema import as_override
+from multigpu.config.errors import (
+    Interrupted,
+    NothingToDo,
+    UserError,
+    as_override,
+    closest,
+    did_you_mean,
+)
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.outcome import outcome_of

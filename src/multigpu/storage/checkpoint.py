@@ -19,7 +19,7 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from multigpu.config.errors import UserError, summary_line
+from multigpu.config.errors import UserError, as_override, summary_line
 from multigpu.config.names import NETWORK
 from multigpu.models import resnet18
 from multigpu.storage.checkpoint_errors import EDITED, explain
@@ -238,9 +238,8 @@ def check_fits(
     between the checkpoint and ``net``, built from the ``configured`` settings."""
     saved, expected = network_state(checkpoint), net.state_dict()
     trained = network_config(checkpoint, path)
-    text = {None: "null", True: "true", False: "false"}
     fix = [
-        f"model.net.{k}={text.get(trained[k], trained[k])}"
+        f"model.net.{k}={as_override(trained[k])}"
         for k in sorted(set(trained) & set(configured))
         if trained[k] != configured[k]
     ]
