@@ -45,12 +45,14 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     SET_BY_THE_RUN,
     Compile,
     Node,
+    Synthetic,
     Top,
     Trainer,
     check_ranges_and_names,
     check_types,
     compile_options,
     config_tree,
+    default_of,
     example,
     select,
     target_of,
@@ -74,7 +76,9 @@ REPLICAS_ON_ONE_DEVICE = ("scatter_allreduce",)
 GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/proc/driver/nvidia")
 MAX_INT = 2**63 - 1  # torch keeps integers (sizes, indices) in 64 bits
 MAX_DEVICES = 1024  # per node: more than any machine has
-SYNTHETIC_SIZES = {"num_train": 1024, "num_test": 256, "num_classes": 10}  # its defaults
+SYNTHETIC_SIZES = {
+    key: default_of(Synthetic, key) for key in ("num_train", "num_test", "num_classes")
+}
 # hydra/launcher options whose jobs run under srun, which starts every node's processes.
 CLUSTER_LAUNCHERS = ("slurm", "submitit_slurm")
 TOKEN = re.compile(r"[\w.+-]+")  # a value shown as it is typed (else quoted, on one line)
@@ -920,8 +924,7 @@ def check_whole_batches(data: Mapping[str, Any], batch: int, choices: Mapping[st
     sizes = data_sizes(data)
     if not data.get("drop_last") or sizes is None:
         return
-    subset, val_size = data.get("train_subset"), data.get("val_size") or 0
-    images = (min(subset, sizes[0]) if subset is not None else sizes[0]) - val_size
+    images = training_images(data, sizes[0])
     if images < batch:
         raise UserError(
             f"data.drop_last=true with a global batch of {batch} leaves no training batch: "
@@ -937,9 +940,7 @@ def epoch_batches(data: Mapping[str, Any], process_batch: int, processes: int) -
     sizes = data_sizes(data)
     if sizes is None:
         return None
-    subset, val_size = data.get("train_subset"), data.get("val_size") or 0
-    images = (min(subset, sizes[0]) if subset is not None else sizes[0]) - val_size
-    share = -(-images // processes)
+    share = -(-training_images(data, sizes[0]) // processes)
     return share // process_batch if data.get("drop_last") else -(-share // process_batch)
 
 
@@ -1002,6 +1003,13 @@ def check_evaluation_shares(data: Mapping[str, Any], processes: int, choices: Ma
             )
 
 
+def training_images(data: Mapping[str, Any], train: int) -> int:
+    """What an epoch trains on: ``data.train_subset`` of the ``train`` images, less the
+    validation split carved from them."""
+    subset = data.get("train_subset")
+    return (min(subset, train) if subset is not None else train) - (data.get("val_size") or 0)
+
+
 def data_sizes(data: Mapping[str, Any]) -> tuple[int, int, int] | None:
     """(training images, test images, classes) of the configured data set, if known."""
     if target_of(data) == SYNTHETIC:
@@ -1019,8 +1027,8 @@ def size_note(data: Mapping[str, Any], key: str) -> str:
 def check_val_size(data: Mapping[str, Any], train: int, source: str) -> None:
     """The validation split is carved from the training images and must leave some."""
     subset, val_size = data.get("train_subset"), data.get("val_size") or 0
-    images = min(subset, train) if subset is not None else train
-    if val_size >= images:
+    if training_images(data, train) <= 0:
+        images = min(subset, train) if subset is not None else train
         after = f", {images} after data.train_subset={subset}" if subset is not None else ""
         raise UserError(
             f"data.val_size={val_size} leaves no training images: {source} has {train}{after}; "
