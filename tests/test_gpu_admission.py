@@ -1,6 +1,7 @@
 """Every GPU command is admitted on the CPU: the commands of tests/test_gpu.py, of the GPU
 acceptance and of the docs (``tests/gpu_commands.py``) on simulated machines of 1, 2 and 8
-GPUs, up to the point where CUDA would be touched: the config's checks, the strategy chosen,
+GPUs (those that tell something apart for each command: one too small, the exact fit, the
+largest), up to the point where CUDA would be touched: the config's checks, the strategy chosen,
 the device ids, the precision, the compile options, and the strategy, data module and module
 built from them. A command that names more GPUs than the machine has is refused by the one
 check that says so; any other refusal fails here, before a GPU machine finds it."""
@@ -56,15 +57,25 @@ def build_until_cuda(cfg, run) -> None:
     build_module(cfg.model, run)
 
 
-def admission_problems(arguments: list[str], machines: tuple[int, ...], folder: Path) -> list[str]:
+def telling_machines(needed: int) -> list[int]:
+    """The simulated machines that can tell a command apart: the largest one too small for it,
+    the one it fits exactly, and the largest (a 1-GPU command on 2 GPUs repeats it on 8)."""
+    fit = max(needed, 1)
+    too_small = [gpus for gpus in MACHINES if gpus < fit][-1:]
+    return sorted({*too_small, fit, max(MACHINES)})
+
+
+def admission_problems(
+    arguments: list[str], machines: tuple[int, ...] | None, folder: Path
+) -> list[str]:
     """What goes wrong admitting each job of ``arguments`` on machines of these GPU counts (each
-    job's config composed once, admitted on every machine)."""
+    job's config composed once, admitted on every machine; None: ``telling_machines``)."""
     jobs, multirun = jobs_of(arguments)
     problems = []
     for number, job in enumerate(jobs):
         cfg = compose_config(job, folder / f"job_{number}")
         needed, shown = gpus_needed(cfg.trainer), " ".join(job)
-        for gpus in machines:
+        for gpus in machines or telling_machines(needed):
             machine = Machine(gpus, CORES, {}, multirun)
             try:
                 admission = admit(cfg, hydra_runtime(cfg)[0], machine, folder / f"job_{number}")
@@ -102,7 +113,7 @@ def data_here(monkeypatch, data_root):
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_every_gpu_command_is_admitted_on_simulated_gpu_machines(name, tmp_path):
-    assert admission_problems(COMMANDS[name], MACHINES, tmp_path) == []
+    assert admission_problems(COMMANDS[name], None, tmp_path) == []
 
 
 def test_the_simulated_machine_is_the_one_the_run_asks(monkeypatch):
