@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import sys
 
 import pytest
 from conftest import CONF, examples, run_script
@@ -23,6 +24,7 @@ from multigpu.config.typo_hydra import dotted_keys
 from multigpu.config.typos import (
     PARAMS,
     Composition,
+    check_command_line,
     composing,
     find_typos,
     hydra_refusal,
@@ -529,12 +531,13 @@ def test_a_key_set_to_its_own_value_passes(data):
     assert typos([*overrides, override], config) == []
 
 
-def test_a_valid_command_line_costs_one_composition(monkeypatch):
-    """The check on a typical valid command line costs one Hydra composition of it (the one it
-    judges the keys against), not one per key or option: counted, not timed."""
+def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
+    """The whole check of a typical valid command line (``check_command_line``: typos, then
+    what Hydra alone would refuse) costs one Hydra composition of it, not one per key or option
+    nor a second for Hydra's refusals, which that composition rules out: counted, not timed. A
+    line Hydra may refuse (a + append) is composed whole, and refused."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
     compositions = []
     load = ConfigLoaderImpl.load_configuration
 
@@ -543,8 +546,16 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch):
         return load(self, *args, **kwargs)
 
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
-    assert typos(line) == []
-    assert len(compositions) == 1
+    line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
+    monkeypatch.setattr(sys, "argv", ["train.py", *line])
+    check_command_line("config")
+    assert len(compositions) == 1 and capsys.readouterr().err == ""
+    compositions.clear()
+    monkeypatch.setattr(sys, "argv", ["train.py", *line, "+model.net.x=1", "+model.net.x=2"])
+    with pytest.raises(SystemExit):
+        check_command_line("config")
+    assert len(compositions) == 2
+    assert "An item is already at 'model.net.x'" in capsys.readouterr().err
 
 
 # (script, overrides, text of the one error line) through a real ``python <script>``

@@ -47,17 +47,20 @@ class Typo:
 def check_command_line(config_name: str) -> None:
     """Exit 2 with one ``error:`` line if an override of ``sys.argv`` names no key or option,
     or holds an interpolation that cannot be resolved; else return, having written nothing."""
-    argv, conf = sys.argv[1:], conf_dir()
-    typos = "; ".join(typo.message for typo in find_typos(argv, config_name, conf))
+    argv, conf, judged = sys.argv[1:], conf_dir(), []
+    typos = "; ".join(typo.message for typo in find_typos(argv, config_name, conf, judged))
     said = typos or check_interpolations(argv, config_name, conf)
-    if said := said or hydra_refusal(argv, config_name, conf):
+    if said := said or hydra_refusal(argv, config_name, conf, *judged):
         print(f"error: {said}", file=sys.stderr, flush=True)
         sys.exit(2)
 
 
-def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
+def find_typos(
+    argv: list[str], config_name: str, conf: Path, judged: list[Composition] | None = None
+) -> list[Typo]:
     """The overrides of ``argv`` (Hydra's command line) that name no key or option: a misspelt
-    option alone if any (the keys depend on the options, and are judged once these are right)."""
+    option alone if any (the keys depend on the options, and are judged once these are right).
+    The composition they were judged against is added to ``judged``, if given."""
     try:
         overrides = parse_overrides(argv)
     except Unreadable as unreadable:
@@ -68,6 +71,8 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
         return []
     with composing(conf):
         hydra = Composition(config_name, overrides)
+        if judged is not None:
+            judged.append(hydra)
         options = [o for o in overrides if hydra.is_group(o.key_or_group)]
         for judged in (options, overrides):
             if typos := [typo for override in judged if (typo := hydra.check(override))]:
@@ -76,17 +81,20 @@ def find_typos(argv: list[str], config_name: str, conf: Path) -> list[Typo]:
     return [Typo(refused)] if refused else []
 
 
-def hydra_refusal(argv: list[str], config_name: str, conf: Path) -> str | None:
+def hydra_refusal(
+    argv: list[str], config_name: str, conf: Path, judged: Composition | None = None
+) -> str | None:
     """Hydra's own refusal of a command line whose every name is right, in one line with the
     fix Hydra gives (a group the defaults do not list, overridden without ``+``; a key
     appended with ``+`` that is already there): Hydra would print it as a page and exit 1.
-    One composition of the command (about 0.1 s); a sweep's overrides are left to each job."""
+    One composition of the command (about 0.2 s), none where the typo check's (``judged``)
+    shows Hydra cannot refuse it; a sweep's overrides are left to each job."""
     try:
-        overrides = parse_overrides(argv)
+        overrides = [o for o in parse_overrides(argv) if not o.is_sweep_override()]
     except UsageError:
         return None
-    lines = [o.input_line for o in overrides if not o.is_sweep_override()]
-    if not lines:
+    lines = [o.input_line for o in overrides]
+    if not lines or judged is not None and judged.cannot_refuse(overrides):
         return None
     from hydra import compose
     from hydra.errors import ConfigCompositionException
@@ -186,6 +194,23 @@ class Composition(Offer):
             close = [self.trainer_setting(a) for a in closest(argument, TRAINER_ARGUMENTS)]
             return unknown(said, "an argument of Lightning's Trainer", close)
         return None if adding else self.check_key(override)
+
+    def cannot_refuse(self, overrides: list[Any]) -> bool:
+        """Whether Hydra composes ``overrides`` as surely as it composed the config they were
+        judged against: each sets a key that config has, or chooses an option of a group its
+        defaults list; none adds (+, ++), deletes or places a package."""
+        if "config" not in self.__dict__ or self.config is None:  # not composed: unknown
+            return False
+        chosen = self.config.hydra.runtime.choices
+        return all(
+            not (o.is_add() or o.is_force_add() or o.is_delete() or o.package is not None)
+            and (
+                o.key_or_group in chosen
+                if self.is_group(o.key_or_group)
+                else o.key_or_group in self.keys
+            )
+            for o in overrides
+        )
 
     def check_params(self, override: Any) -> Typo | None:
         """``hydra.sweeper.params``: Hydra 1.3's basic sweeper fails on it with a traceback;

@@ -8,12 +8,11 @@ usable here, without any checksum, and every file is checked for shape before tr
 from __future__ import annotations
 
 import gzip
+import math
 import shutil
 import struct
 import zlib
 from pathlib import Path
-
-import numpy as np
 
 from multigpu.config.errors import UserError
 from multigpu.storage.atomic import atomic_file, write_failed
@@ -76,7 +75,7 @@ def check_idx_file(path: Path, kind: str) -> int:
     if kind == "images" and tuple(dims[1:]) != IMAGE_SHAPE:
         raise UserError(f"{path}: images of size {dims[1:]}, expected {IMAGE_SHAPE}; wrong file?")
     header = 4 + 4 * len(dims)
-    expected_size = header + int(np.prod(dims))
+    expected_size = header + math.prod(dims)
     actual_size = path.stat().st_size
     if actual_size != expected_size:
         raise UserError(
@@ -84,9 +83,9 @@ def check_idx_file(path: Path, kind: str) -> int:
             "the file is truncated or corrupt, delete it and fetch it again"
         )
     if kind == "labels":
-        labels = np.fromfile(path, dtype=np.uint8, offset=header)
-        if labels.size and labels.max() >= NUM_CLASSES:
-            bad = int(labels.max())
+        labels = path.read_bytes()[header:]  # one byte each: no numpy before the config is checked
+        if labels and max(labels) >= NUM_CLASSES:
+            bad = max(labels)
             raise UserError(f"{path}: label {bad} outside 0-{NUM_CLASSES - 1}; the file is corrupt")
     return int(dims[0])
 
