@@ -719,3 +719,19 @@ def test_a_group_the_defaults_choose_given_with_a_plus_is_answered_in_command_li
         "Multiple values for experiment. To choose another, write experiment=fast (without +)"
     )
     assert hydra_refusal(["experiment=fast"], "config", CONF) is None
+
+
+def test_a_map_given_keys_its_key_lacks_is_refused_in_one_line_with_the_fix():
+    """``hydra.sweeper.params={...}`` over the Optuna search's own map: Hydra merges the map
+    into the key's and refuses the keys it lacks (a page, exit 1). One line naming ``++``,
+    which adds them; that line passes."""
+    line = 'hydra.sweeper.params={model.net.width: "choice(4, 8)"}'
+    said = hydra_refusal(["hparams_search=optuna", line], "config", CONF)
+    assert said == (
+        f"{line}: Key 'model.net.width' is not in struct (a map sets only the keys "
+        f"hydra.sweeper.params has); to add keys to it, write ++{line}"
+    )
+    assert hydra_refusal(["hparams_search=optuna", f"++{line}"], "config", CONF) is None
+    judged = []
+    assert find_typos(["hparams_search=optuna", line], "config", CONF, judged) == []
+    assert not judged or not judged[0].cannot_refuse(parse_overrides([line]))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.errors import as_override, closest, did_you_mean
+from multigpu.config.errors import as_override, closest, did_you_mean, summary_line
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import (
     Offer,
@@ -98,11 +98,19 @@ def hydra_refusal(
         return None
     from hydra import compose
     from hydra.errors import ConfigCompositionException
+    from omegaconf.errors import ConfigKeyError
 
     with composing(conf):
         try:
             compose(config_name, lines, return_hydra_config=True)
         except ConfigCompositionException as refused:
+            overridden = COULD_NOT_OVERRIDE.match(str(refused))
+            if isinstance(refused.__cause__, ConfigKeyError) and overridden:
+                line = next(o.input_line for o in overrides if o.key_or_group == overridden[1])
+                return (
+                    f"{line}: {summary_line(refused.__cause__)} (a map sets only the keys "
+                    f"{overridden[1]} has); to add keys to it, write ++{line}"
+                )
             if refused.__cause__ is not None:  # a value's, which the job may yet resolve
                 return None
             return on_the_command_line(" ".join(str(refused).split()))
@@ -111,6 +119,7 @@ def hydra_refusal(
     return None
 
 
+COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")  # a map given keys it lacks
 # Hydra's fix for a group given twice (``+experiment=fast`` where the defaults list it) is the
 # defaults list's syntax, ``override experiment: fast``; on the command line it is without +.
 DEFAULTS_LIST_FIX = re.compile(r"To override a value use 'override ([\w/.@-]+): ([^']*)'")
@@ -197,13 +206,15 @@ class Composition(Offer):
 
     def cannot_refuse(self, overrides: list[Any]) -> bool:
         """Whether Hydra composes ``overrides`` as surely as it composed the config they were
-        judged against: each sets a key that config has, or chooses an option of a group its
-        defaults list; none adds (+, ++), deletes or places a package."""
+        judged against: each sets a key that config has to a value that is not a map, or
+        chooses an option of a group its defaults list; none adds (+, ++), deletes or places a
+        package."""
         if "config" not in self.__dict__ or self.config is None:  # not composed: unknown
             return False
         chosen = self.config.hydra.runtime.choices
         return all(
             not (o.is_add() or o.is_force_add() or o.is_delete() or o.package is not None)
+            and not isinstance(o.value(), dict)  # a map merged into a key's: new keys refused
             and (
                 o.key_or_group in chosen
                 if self.is_group(o.key_or_group)
