@@ -867,9 +867,12 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert str(stopped.value).startswith(said) and after["reason"] == str(stopped.value)
 
 
-def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(tmp_path):
-    """The same command again continues the folder's own ``last.ckpt``: damaged, it is named as
-    that, not as a ``ckpt_path`` the command never gave, with the one before to use instead."""
+@pytest.mark.parametrize("damage", ["cut", "flipped"])
+def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(damage, tmp_path):
+    """The same command again continues the folder's own ``last.ckpt``: damaged (cut short, or
+    a byte flipped: its digest differs), it is named as that, not as a ``ckpt_path`` the
+    command never gave, with the one before to use instead, once, and in another folder (in
+    this one it would take the record back, which is refused)."""
     from multigpu.run.training import train
 
     run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
@@ -878,15 +881,27 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(tmp_path)
     (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
     held = (run / "metrics.json").read_bytes()
     last.unlink()  # previous.ckpt is a second name of the same file: cut a copy instead
-    last.write_bytes((run / "checkpoints" / "previous.ckpt").read_bytes()[:-100])
+    kept = (run / "checkpoints" / "previous.ckpt").read_bytes()
+    if damage == "cut":
+        last.write_bytes(kept[:-100])
+    else:  # a byte in the middle: of the weights' values, which most of the file holds
+        at = len(kept) // 2
+        last.write_bytes(kept[:at] + bytes([kept[at] ^ 0xFF]) + kept[at + 1 :])
     with pytest.raises(UserError) as error:
         train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], run))
     said = str(error.value)
-    assert said.startswith(f"{last}, the checkpoint this run folder continues, is not a readable")
+    damaged = "is not a readable" if damage == "cut" else "is damaged: its contents no longer"
+    assert said.startswith(f"{last}, the checkpoint this run folder continues, {damaged}"), said
     previous = last.with_name("previous.ckpt")
-    assert said.endswith(f"(or continue from the one before: ckpt_path={previous})")
-    assert "ckpt_path=" not in said.split(" (or continue")[0]
+    instead = f"(to go on from the one before it: ckpt_path={previous} and another hydra.run.dir)"
+    assert said.endswith(instead) and said.count("ckpt_path=") == 1
     assert (run / "metrics.json").read_bytes() == held
+    with pytest.raises(UserError, match="it would take the record back"):  # as the line says
+        train(compose_config([*SYNTHETIC, "trainer.max_epochs=3", f"ckpt_path={previous}"], run))
+    assert (run / "metrics.json").read_bytes() == held
+    other = tmp_path / "other"
+    train(compose_config([*SYNTHETIC, "trainer.max_epochs=3", f"ckpt_path={previous}"], other))
+    assert json.loads((other / "metrics.json").read_text())["epochs"] == 3
 
 
 @pytest.mark.slow

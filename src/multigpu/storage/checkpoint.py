@@ -80,7 +80,7 @@ def check_intact(checkpoint: Any, path: Path) -> None:
         return
     previous = path.with_name(PREVIOUS)
     older = (
-        f"use the one before it, ckpt_path={previous}"
+        use_the_one_before(previous)
         if previous.is_file() and previous != path
         else "this run keeps no older checkpoint; train again"
     )
@@ -88,6 +88,10 @@ def check_intact(checkpoint: Any, path: Path) -> None:
         f"ckpt_path={path} is damaged: its contents no longer match the digest written with "
         f"it (a disk or copy error, or an edit); {older}"
     )
+
+
+def use_the_one_before(previous: Path) -> str:
+    return f"use the one before it, ckpt_path={previous}"
 
 
 def check_size(checkpoint: Any, path: Path) -> None:
