@@ -98,7 +98,10 @@ class EpochHistory(Callback):
         before its last (``max_steps``, ``max_time``, ``should_stop``; a resume goes on with
         the next epoch, ``lightning_compat.FitLoopFromEpochEnds``). Its seconds are then no
         epoch's (``record_model.speed``). None for a whole epoch, or one of unknown length (an
-        iterable data set)."""
+        iterable data set). A smoke run (``+trainer.fast_dev_run``) trains a few batches of an
+        epoch, which Lightning then counts as the epoch's whole."""
+        if trainer.fast_dev_run:
+            return self._batches
         whole = trainer.num_training_batches
         return self._batches if math.isfinite(whole) and self._batches < whole else None
 
@@ -110,7 +113,9 @@ class EpochHistory(Callback):
         for key, name in EPOCH_KEYS.items():
             value = logged.get(name)
             entry[key] = None if value is None else float(value)  # waits for the device
-        if not self._evaluated:  # what callback_metrics hold is an earlier epoch's
+        # Not evaluated: what callback_metrics hold is an earlier epoch's. A smoke run evaluates
+        # a few batches of the test set: no test accuracy.
+        if not self._evaluated or trainer.fast_dev_run:
             entry |= dict.fromkeys(EVALUATED)
         entry["wall_s"] = self.wall_s()
         entry["partial_batches"] = self.partial_batches(trainer)

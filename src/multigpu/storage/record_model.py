@@ -137,7 +137,8 @@ class Epoch(Measured):
     )
     partial_batches: Count | None = about(
         "the batches the run trained in it when fewer than the epoch holds (+trainer.max_steps "
-        "or +trainer.max_time stopped it); null: the whole epoch"
+        "or +trainer.max_time stopped it, or +trainer.fast_dev_run trained that many); null: "
+        "the whole epoch"
     )
 
 
