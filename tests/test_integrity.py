@@ -1151,3 +1151,24 @@ def test_a_run_continuing_its_own_folder_keeps_its_csv_rows(tmp_path):
     rows = list(csv.DictReader(logged.open()))
     assert {row["epoch"] for row in rows} == {"0", "1"}
     assert all(line in logged.read_text() for line in first.splitlines()[1:])
+
+
+def test_a_resume_under_chdir_records_the_checkpoint_it_read_and_names_its_folder(tmp_path):
+    """Under ``hydra.job.chdir=true`` a relative ``ckpt_path`` is read from where the command
+    started; the record named it from the run folder Hydra moved into (a file that does not
+    exist), and the closing lines named the run folder ``.``."""
+    run_script("train.py", *SYNTHETIC, "trainer.max_epochs=1", "hydra.run.dir=a", cwd=tmp_path)
+    resumed = run_script(
+        "train.py",
+        *SYNTHETIC,
+        "trainer.max_epochs=2",
+        "ckpt_path=a/checkpoints/last.ckpt",
+        "hydra.job.chdir=true",
+        "hydra.run.dir=b",
+        cwd=tmp_path,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    record = json.loads((tmp_path / "b" / "metrics.json").read_text())
+    read = tmp_path.resolve() / "a" / "checkpoints" / "last.ckpt"
+    assert record["resumed_from"]["checkpoint"] == str(read) and record["epochs"] == 2
+    assert "run folder: b\n" in resumed.stdout

@@ -306,6 +306,8 @@ def plan_resume(
     check_time_to_train(path, checkpoint, max_time)
     if changed:
         log.info("resuming with deliberate changes: %s", describe(changed, limit=len(changed)))
+    # Kept absolute, from where the command started: under hydra.job.chdir the run moves away.
+    path = canonical(path)
     resume = Resume(path, epochs, saved, changed, epoch_history(checkpoint) or [])
     return resume, Checked(path, checkpoint)
 
@@ -315,7 +317,7 @@ def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Chec
     configured network now, so that a bad file is refused before anything is written."""
     path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
     check_recorded_network(path, net, "init_from")
-    return Checked(path, read_fitting(path, net, "init_from"))
+    return Checked(canonical(path), read_fitting(path, net, "init_from"))  # as a resume's
 
 
 def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:

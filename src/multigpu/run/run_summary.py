@@ -8,10 +8,15 @@ from typing import Any
 
 
 def shown_path(path: str | Path) -> str:
-    """``path`` as the user would type it from here: relative when below the working folder."""
+    """``path`` as the user would type it from here: relative when below the folder the
+    command started in (Hydra's ``runtime.cwd``: under ``hydra.job.chdir`` the job runs in
+    its own folder, which would show as ``.``)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    here = Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
     path = Path(path).absolute()
     try:
-        return str(path.relative_to(Path.cwd()))
+        return str(path.relative_to(here))
     except ValueError:
         return str(path)
 
