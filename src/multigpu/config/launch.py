@@ -266,19 +266,24 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
 # Signals this process was started ignoring (``nohup`` ignores SIGHUP, to outlive the terminal):
 # they stay ignored, as whoever started it asked. Read when the package's checks load, before any
 # handler of the run's is set.
-STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+# A CPU-time limit (ulimit -t: SIGXCPU) and an alarm (SIGALRM) end a process by default too.
+# Python ignores SIGXFSZ (a write past ulimit -f fails instead: a failed write, recorded);
+# SIGPROF and SIGVTALRM are left to the profilers that use them.
+LIMITS = (signal.SIGXCPU, signal.SIGALRM)
+STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, signal.SIGUSR1, signal.SIGUSR2)
 IGNORED_AT_START = frozenset(s for s in STOPS if signal.getsignal(s) == signal.SIG_IGN)
 
 
 def stop_signals(environ: Mapping[str, str]) -> tuple[signal.Signals, ...]:
     """The signals besides Ctrl-C that end a run, which must then end ``interrupted`` with its
     checkpoint, as SIGTERM does: a job's end (SIGTERM), a closed terminal (SIGHUP), SIGQUIT
-    (Ctrl-\\ on a terminal), and SIGUSR1 and SIGUSR2 (``kill -USR1``: by default they end a
-    process without a word). Under SLURM these two are the warning before a time limit, which
-    ``requeue_on_warning`` (or submitit's own handler) answers: there they stay theirs. One the
-    process was started ignoring (``IGNORED_AT_START``) is left ignored."""
+    (Ctrl-\\ on a terminal), a limit reached (``LIMITS``), and SIGUSR1 and SIGUSR2 (``kill
+    -USR1``: by default they end a process without a word). Under SLURM these two are the
+    warning before a time limit, which ``requeue_on_warning`` (or submitit's own handler)
+    answers: there they stay theirs. One the process was started ignoring
+    (``IGNORED_AT_START``) is left ignored."""
     users = () if slurm_started(environ) else (signal.SIGUSR1, signal.SIGUSR2)
-    ends = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *users)
+    ends = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, *users)
     return tuple(s for s in ends if s not in IGNORED_AT_START)
 
 
