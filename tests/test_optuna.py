@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import itertools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,6 +135,15 @@ REFUSED = {
     "a_choice_no_job_takes": (
         [params({"data.batch_size": "choice(16, -4)"})],
         "data.batch_size=-4 must be a positive integer",
+    ),
+    "a_pair_no_job_takes": (  # each value taken alone, refused together (64 images)
+        [
+            "++"
+            + params(
+                {"data.batch_size": "choice(16, 128)", "data.drop_last": "choice(true, false)"}
+            )
+        ],
+        "data.drop_last=true with a global batch of 128 leaves no training batch",
     ),
     "nothing_to_search": (["hydra.sweeper.params=null"], "hydra.sweeper.params is empty"),
     "max_failure_rate": (["hydra.sweeper.max_failure_rate=0.5"], "max_failure_rate=0.5"),
@@ -781,3 +791,20 @@ def test_trials_sharing_one_checkpoint_folder_are_refused_before_the_first(tmp_p
     (line,) = refused.stderr.strip().splitlines()
     assert f"would share the folder {tmp_path / 'ck'} (callbacks.checkpoint.dirpath)" in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@examples(60)
+@given(sizes=st.lists(st.integers(1, 4), max_size=6))
+def test_the_jobs_checked_before_a_study_take_every_pair_of_values(sizes):
+    """The jobs checked before the first trial take every pair of two searched keys' values
+    (and so every value): a pair the checks refuse together is refused before any folder."""
+    from multigpu.run.optuna_check import pairs
+
+    values = {f"key{n}": list(range(size)) for n, size in enumerate(sizes)}
+    jobs = pairs(values)
+    assert all(job.keys() == values.keys() for job in jobs)
+    for a, b in itertools.combinations(values, 2):
+        taken = {(job[a], job[b]) for job in jobs}
+        assert taken == set(itertools.product(values[a], values[b]))
+    for key, taken in values.items():
+        assert {job[key] for job in jobs} == set(taken)

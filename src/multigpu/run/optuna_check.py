@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import decimal
 import functools
+import itertools
 import logging
 import os
 import shutil
@@ -71,11 +72,38 @@ def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:
         )
     for key in values:
         check_key(config, key)
-    count = max(len(v) for v in values.values()) if values else 0
     fixed_part = [f"{key}={value}" for key, value in fixed.items()]
-    return [
-        [f"{key}={v[n % len(v)]}" for key, v in values.items()] + fixed_part for n in range(count)
-    ]
+    return [[f"{k}={values[k][n]}" for k, n in job.items()] + fixed_part for job in pairs(values)]
+
+
+def pairs(values: dict[str, list[Any]]) -> list[dict[str, int]]:
+    """Jobs (each key's index into its values) that together take every pair of two keys'
+    values, and so each value: a combination the checks refuse (``model.net.width=4`` with
+    ``model.channels_last=true``) is among them, where pairing the values index by index left
+    it to a trial, refused after its folder was made. Greedy: each job starts from a pair not
+    yet taken and gives every other key the value that takes the most new pairs."""
+    keys = list(values)
+    if len(keys) < 2:
+        return [{key: n} for key in keys for n in range(len(values[key]))]
+    choices = [range(len(values[key])) for key in keys]
+    untaken = {
+        ((x, i), (y, j))
+        for x, y in itertools.combinations(range(len(keys)), 2)
+        for i in choices[x]
+        for j in choices[y]
+    }
+    jobs = []
+    while untaken:
+        job = dict(min(untaken))  # key -> value, both as indices
+        for z in (z for z in range(len(keys)) if z not in job):
+            new = [
+                sum(tuple(sorted(((w, job[w]), (z, n)))) in untaken for w in job)
+                for n in choices[z]
+            ]
+            job[z] = new.index(max(new))
+        untaken -= set(itertools.combinations(sorted(job.items()), 2))
+        jobs.append({keys[z]: n for z, n in sorted(job.items())})
+    return jobs
 
 
 def check_study(config: DictConfig) -> None:
