@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-
 import pytest
 import torch
 from conftest import TINY, compose_config, run_script
 
 from multigpu.data import FashionMNISTDataModule
 from multigpu.data.augment import augment, random_crop, random_flip
-from multigpu.data.synthetic import SyntheticDataModule
 from multigpu.run.training import train
 from multigpu.storage.checkpoint import load_checkpoint, network_state
 
@@ -163,19 +158,3 @@ def test_a_resume_under_a_per_step_schedule_ends_as_a_run_never_stopped(
     ]
     for name, value in weights[0].items():
         torch.testing.assert_close(value, weights[1][name], msg=name)
-
-
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_loader_worker_outlives_a_stop_signal_its_process_group_gets(signum):
-    """A scheduler's SIGTERM (or Ctrl-C) reaches the whole process group: the loader's workers
-    leave stopping to the run, which ends them after its step. A worker that died of it first
-    failed the run (a traceback, exit 1) one time in ten."""
-    data = SyntheticDataModule(num_train=64, num_test=8, batch_size=8, num_workers=1)
-    data.setup("fit")
-    loader = iter(data.train_dataloader())
-    next(loader)  # the worker is started
-    (worker,) = loader._workers
-    os.kill(worker.pid, signum)
-    time.sleep(0.5)
-    assert len(list(loader)) == 7 and worker.is_alive()
-    loader._shutdown_workers()

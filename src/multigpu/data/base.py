@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 from typing import Any
 
 import torch
@@ -13,7 +12,6 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 from typing_extensions import override
 
 from multigpu.config.errors import UserError
-from multigpu.config.launch import stop_signals
 from multigpu.config.names import Pipeline
 from multigpu.config.settings import loader_defaults
 from multigpu.data.augment import augment
@@ -68,15 +66,6 @@ def split_off(dataset: Dataset, size: int, seed: int) -> tuple[Dataset, Dataset]
         )
     order = torch.randperm(total, generator=torch.Generator().manual_seed(seed + 1)).tolist()
     return Subset(dataset, order[size:]), Subset(dataset, order[:size])
-
-
-def stops_left_to_the_run(worker_id: int) -> None:
-    """A loader's worker ignores the signals that stop a run (Ctrl-C and ``stop_signals``),
-    which a process group gets all at once (a scheduler's SIGTERM, a closed terminal's SIGHUP):
-    the run stops after its step and then ends its workers. Ended first, a worker's death
-    surfaced as the run's failure (``ConnectionResetError``, a traceback, exit 1)."""
-    for signum in (signal.SIGINT, *stop_signals(os.environ)):
-        signal.signal(signum, signal.SIG_IGN)
 
 
 class ImageDataModule(LightningDataModule):
@@ -182,7 +171,6 @@ class ImageDataModule(LightningDataModule):
             persistent_workers=self.num_workers > 0,
             pin_memory=self.pin_memory,
             drop_last=drop_last,
-            worker_init_fn=stops_left_to_the_run,
         )
 
     def in_memory(self, dataset: Dataset, device: torch.device | None = None) -> TensorImages:
