@@ -344,3 +344,17 @@ class MatmulPrecisionProbe(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         with open(self.path, "w") as f:
             f.write(torch.get_float32_matmul_precision())
+
+
+class StopThenLoseALoader(Callback):
+    """A stop signal to the process, then a loader's pipe closed under the next batch: what a
+    scheduler's SIGTERM to the whole process group does when a loader worker dies of it first."""
+
+    def __init__(self, step: int, signum: str = "SIGTERM"):
+        self.step, self.signum = step, signal.Signals[signum]
+
+    @override
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+            raise ConnectionResetError(104, "Connection reset by peer")

@@ -1501,3 +1501,27 @@ def test_jobs_of_a_sweep_writing_one_inside_the_other_are_refused(tmp_path):
     ]  # fmt: skip
     apart = [{RUN_FOLDER: tmp_path / "sw" / name} for name in "abc"]
     assert shared_folders(apart) == []
+
+
+def test_a_loaders_pipe_lost_to_a_stop_signal_ends_the_run_interrupted(tmp_path):
+    """A SIGTERM to the process group can end a loader worker before this process stops after
+    its step: the worker's closed pipe (``ConnectionResetError``) failed the run, exit 1, one
+    time in ten. After a stop signal it is the stop: interrupted, 143, resumable."""
+    from multigpu.callbacks import interrupts
+    from multigpu.run.training import train
+
+    folder = tmp_path / "run"
+    probe = ["+callbacks.stop._target_=probes.StopThenLoseALoader", "+callbacks.stop.step=2"]
+    handlers = {each: signal.getsignal(each) for each in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            train(composed([*SYNTHETIC, "trainer.max_epochs=2", *probe], folder))
+    finally:
+        atexit.unregister(interrupts.ignored_until_exit)
+        interrupts._ending = None
+        for each, handler in handlers.items():
+            signal.signal(each, handler)
+    assert stopped.value.exit_code == 143 and str(stopped.value).startswith(
+        "interrupted by SIGTERM"
+    )
+    assert record_of(folder)["status"] == "interrupted"
