@@ -56,8 +56,10 @@ def examples(count: int) -> settings:
 REPO = Path(__file__).resolve().parents[1]
 # The processes the tests start take the signals' defaults, whatever this one inherited: under
 # `nohup` (SIGHUP ignored) a run leaves SIGHUP ignored, as a user's nohup asks, and the tests
-# of what a hang-up does would see nothing happen.
+# of what a hang-up does would see nothing happen; a shell's background job (`cmd &`, no job
+# control) starts with SIGQUIT ignored, alike.
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 # A run's environment that finds tests/probes.py (callbacks a test adds with +callbacks.x=...).
 PROBES_ENV = {
     "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])

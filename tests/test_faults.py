@@ -531,12 +531,13 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     )
 
 
-@pytest.mark.parametrize("accumulate", [1, 2])
-def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, tmp_path):
+@pytest.mark.parametrize("accumulate,bad", [(1, 3), (2, 3), (2, 2)])
+def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, bad, tmp_path):
     """The window is checked after its steps, by when a schedule has moved the lr on (a cosine
     over the epoch's steps is at 0 at its end): the line names the lr of the bad step, as a
     second optimizer and scheduler stepped the same number of times give it. Under gradient
-    accumulation a step is several batches: the line names the step and the batch."""
+    accumulation a step is several batches: the line names the step and the batch, and the lr
+    of a step still to come (the bad batch opens it) is the one it starts from."""
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -555,7 +556,7 @@ def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, tmp_path):
         def training_step(self, batch, batch_idx):
             x, y = batch
             loss = torch.nn.functional.mse_loss(self.net(x), y)
-            return loss * math.nan if batch_idx == 3 else loss
+            return loss * math.nan if batch_idx == bad else loss
 
         def configure_optimizers(self):
             optimizer, scheduler = schedule(self.parameters())
@@ -576,11 +577,11 @@ def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, tmp_path):
     with pytest.raises(Diverged) as diverged:
         trainer.fit(BlowsUpAtTheLastStep(), data)
     optimizer, scheduler = schedule([torch.nn.Parameter(torch.zeros(1))])
-    bad_step = 4 // accumulate  # the fourth batch closes the last step
+    bad_step = bad // accumulate + 1  # the optimizer step the bad batch is part of
     for _ in range(bad_step - 1):  # the scheduler's steps before it
         optimizer.step()
         scheduler.step()
     taken_at = optimizer.param_groups[0]["lr"]
     assert trainer.optimizers[0].param_groups[0]["lr"] != pytest.approx(taken_at)
-    batch = ", batch 4" if accumulate > 1 else ""
+    batch = f", batch {bad + 1}" if accumulate > 1 else ""
     assert f"at step {bad_step} (epoch 1{batch}) with lr {taken_at:g};" in str(diverged.value)

@@ -212,6 +212,13 @@ NAMED = {
         "a map, e.g. model.compile={mode:max-autotune}",
         [],
     ),
+    "key_under_compile_set_true": (  # the command line's own value, not the config's
+        "config",
+        ["model.compile=true", "model.compile.mode=default"],
+        "model.compile.mode is not a setting: model.compile=true holds no keys; give them as "
+        "a map, e.g. model.compile={mode:default}",
+        [],
+    ),
     "hydra_launcher_option": (  # Hydra's own groups: its listing of them, plugins' included
         "config",
         ["hydra/launcher=slurmm"],
@@ -734,4 +741,38 @@ def test_a_map_given_keys_its_key_lacks_is_refused_in_one_line_with_the_fix():
     assert hydra_refusal(["hparams_search=optuna", f"++{line}"], "config", CONF) is None
     judged = []
     assert find_typos(["hparams_search=optuna", line], "config", CONF, judged) == []
-    assert not judged or not judged[0].cannot_refuse(parse_overrides([line]))
+    assert judged and not judged[0].cannot_refuse(parse_overrides([line]))
+
+
+@pytest.mark.parametrize(
+    "line,said",
+    [
+        (
+            ["experiment=[study_one_device_cosine,study_two_devices_recipe]", "seed=1"],
+            "model/scheduler appears more than once in the final defaults list",
+        ),
+        (["hydra=config", "seed=1"], "hydra/output appears more than once"),
+        (["experiment=${seed}", "seed=1"], "Error resolving interpolation '${seed}'"),
+    ],
+    ids=["two_experiments", "hydras_own_node", "an_interpolated_option"],
+)
+def test_a_line_hydra_may_refuse_is_composed_whole_though_its_keys_were_composed(line, said):
+    """The typo check composed the line's keys (``seed=1``), and a line it composed that way
+    is not composed again: but a list of options, Hydra's own node and an interpolated option
+    are not what it composed, and Hydra refuses these (a page, exit 1). One line."""
+    judged = []
+    assert find_typos(line, "config", CONF, judged) == []
+    assert judged and not judged[0].cannot_refuse(parse_overrides(line))
+    refused = hydra_refusal(line, "config", CONF, *judged)
+    assert refused is not None and said in refused and "\n" not in refused
+
+
+def test_a_misspelt_key_in_a_map_is_answered_with_its_closest_not_with_plus_plus():
+    """``++`` would add the misspelt key (hydra#1912's trap): outside a search space, the map's
+    unknown key is answered with the node's closest key."""
+    line = ["trainer={max_epoch:3}", "seed=2"]
+    judged = []
+    assert find_typos(line, "config", CONF, judged) == []
+    said = hydra_refusal(line, "config", CONF, *judged)
+    assert said is not None and said.endswith("did you mean trainer.max_epochs?")
+    assert "++" not in said

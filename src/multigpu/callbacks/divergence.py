@@ -34,6 +34,7 @@ class DivergenceGuard(Callback):
         self._places: list[tuple[int, int]] = []  # each batch's (optimizer step, batch index)
         self._lr = math.nan  # the lr of the latest optimizer step (``on_before_optimizer_step``)
         self._step = 0  # the optimizer step the current batch is part of
+        self._stepped = False  # whether the current batch closed its step (its lr is known)
 
     @override
     def on_train_batch_end(
@@ -44,7 +45,9 @@ class DivergenceGuard(Callback):
             return
         self._losses.append(loss.detach().reshape(()))
         self._places.append((self._step, batch_idx))
-        self._lrs.append(self._lr if math.isfinite(self._lr) else current_lr(trainer))
+        # A batch that closed its step: that step's lr; one whose step is still to come (under
+        # accumulation): the lr it will start from.
+        self._lrs.append(self._lr if self._stepped else current_lr(trainer))
         if len(self._losses) >= self.every:
             self.check(trainer)
 
@@ -53,7 +56,7 @@ class DivergenceGuard(Callback):
         self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int
     ) -> None:
         # Under gradient accumulation several batches make one step: the steps done, plus this.
-        self._step = trainer.global_step + 1
+        self._step, self._stepped = trainer.global_step + 1, False
 
     @override
     def on_before_optimizer_step(
@@ -61,7 +64,7 @@ class DivergenceGuard(Callback):
     ) -> None:
         # The step's own lr: warm-up applied, not yet moved on by a scheduler stepped per step
         # (which Lightning steps before on_train_batch_end).
-        self._lr = optimizer.param_groups[0]["lr"]
+        self._lr, self._stepped = optimizer.param_groups[0]["lr"], True
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:

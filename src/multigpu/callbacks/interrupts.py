@@ -1,4 +1,4 @@
-"""Ctrl-C, SIGTERM, SIGHUP and SIGUSR1/2 outside Lightning's own handling.
+"""Ctrl-C and every other signal that stops a run, outside Lightning's own handling.
 
 Before training (data preparation, building the network) SIGTERM would kill the run without a
 word, leaving its record ``running`` and a half-written file: the run's ``Ending`` makes it
@@ -8,8 +8,9 @@ current step. ``eval.py`` stops the same way (``sigterm_interrupts``). Once trai
 the run has completed and its last checkpoint is written, so a signal during what follows
 (drawing the test figures) skips that work, says so, and leaves the run completed.
 
-SIGHUP, which a closed terminal sends the jobs it started, and SIGUSR1/2 outside SLURM
-(``multigpu.config.launch.stop_signals``) are stops like SIGTERM (their default would end the
+SIGHUP, which a closed terminal sends the jobs it started, SIGQUIT, a CPU-time limit's SIGXCPU,
+SIGALRM, and SIGUSR1/2 outside SLURM (``multigpu.config.launch.stop_signals``) are stops like
+SIGTERM (their default would end the
 process unrecorded): before and after training the same way; while
 Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
 current step, and named by ``stop_signal``.

@@ -266,7 +266,8 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
 # Signals this process was started ignoring (``nohup`` ignores SIGHUP, to outlive the terminal):
 # they stay ignored, as whoever started it asked. Read when the package's checks load, before any
 # handler of the run's is set.
-# A CPU-time limit (ulimit -t: SIGXCPU) and an alarm (SIGALRM) end a process by default too.
+# A soft CPU-time limit (ulimit -S -t: SIGXCPU; the hard one kills) and an alarm (SIGALRM) end a
+# process by default too.
 # Python ignores SIGXFSZ (a write past ulimit -f fails instead: a failed write, recorded);
 # SIGPROF and SIGVTALRM are left to the profilers that use them.
 LIMITS = (signal.SIGXCPU, signal.SIGALRM)

@@ -74,8 +74,8 @@ def find_typos(
         if judged is not None:
             judged.append(hydra)
         options = [o for o in overrides if hydra.is_group(o.key_or_group)]
-        for judged in (options, overrides):
-            if typos := [typo for override in judged if (typo := hydra.check(override))]:
+        for batch in (options, overrides):
+            if typos := [typo for override in batch if (typo := hydra.check(override))]:
                 return typos
         refused = hydra.refused_value()  # a value Hydra's typed node refuses (n_trials=abc)
     return [Typo(refused)] if refused else []
@@ -106,17 +106,25 @@ def hydra_refusal(
         except ConfigCompositionException as refused:
             overridden = COULD_NOT_OVERRIDE.match(str(refused))
             if isinstance(refused.__cause__, ConfigKeyError) and overridden:
-                line = next(o.input_line for o in overrides if o.key_or_group == overridden[1])
-                return (
-                    f"{line}: {summary_line(refused.__cause__)} (a map sets only the keys "
-                    f"{overridden[1]} has); to add keys to it, write ++{line}"
-                )
+                return map_refusal(overridden[1], refused.__cause__, overrides, judged)
             if refused.__cause__ is not None:  # a value's, which the job may yet resolve
                 return None
             return on_the_command_line(" ".join(str(refused).split()))
         except Exception:  # anything else: Hydra says it, with its context, when it runs
             return None
     return None
+
+
+def map_refusal(node: str, error: Any, overrides: list[Any], judged: Any) -> str:
+    """``node={key: value}`` where ``node``'s map lacks ``key``: a search space is added to
+    with ``++`` (Optuna's params); anywhere else the key is likely misspelt: its closest."""
+    line = next(o.input_line for o in overrides if o.key_or_group == node)
+    said = f"{line}: {summary_line(error)} (a map sets only the keys {node} has)"
+    if node == PARAMS:
+        return f"{said}; to add keys to it, write ++{line}"
+    known = judged.keys if judged is not None and judged.config is not None else set()
+    close = closest(str(error.full_key), sorted(k for k in known if k.startswith(f"{node}.")))
+    return said + (did_you_mean(close) if close else f"; use one of them ({node}.<key>=...)")
 
 
 COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")  # a map given keys it lacks
@@ -206,22 +214,27 @@ class Composition(Offer):
 
     def cannot_refuse(self, overrides: list[Any]) -> bool:
         """Whether Hydra composes ``overrides`` as surely as it composed the config they were
-        judged against: each sets a key that config has to a value that is not a map, or
-        chooses an option of a group its defaults list; none adds (+, ++), deletes or places a
-        package."""
+        judged against (``surely_composed``, each)."""
         if "config" not in self.__dict__ or self.config is None:  # not composed: unknown
             return False
-        chosen = self.config.hydra.runtime.choices
-        return all(
-            not (o.is_add() or o.is_force_add() or o.is_delete() or o.package is not None)
-            and not isinstance(o.value(), dict)  # a map merged into a key's: new keys refused
-            and (
-                o.key_or_group in chosen
-                if self.is_group(o.key_or_group)
-                else o.key_or_group in self.keys
-            )
-            for o in overrides
-        )
+        return all(self.surely_composed(override) for override in overrides)
+
+    def surely_composed(self, override: Any) -> bool:
+        """One plain value (no list, map or interpolation), for an option of a group the
+        defaults list or for a leaf key of the composed config; not an add (+, ++), a deletion
+        or a package. A list of options (two experiments) or a map Hydra may refuse."""
+        from omegaconf import OmegaConf
+
+        name, value = override.key_or_group, override.value()
+        if override.is_add() or override.is_force_add() or override.is_delete():
+            return False
+        if override.package is not None or isinstance(value, (list, dict)) or name == "hydra":
+            return False  # hydra=<config>: Hydra's own node, which the typo check leaves alone
+        if isinstance(value, str) and "${" in value:
+            return False
+        if self.is_group(name):
+            return name in self.config.hydra.runtime.choices and isinstance(value, str)
+        return name in self.keys and not OmegaConf.is_config(OmegaConf.select(self.config, name))
 
     def check_params(self, override: Any) -> Typo | None:
         """``hydra.sweeper.params``: Hydra 1.3's basic sweeper fails on it with a traceback;
@@ -304,11 +317,11 @@ class Composition(Offer):
         node, _, rest = override.key_or_group.rpartition(".")
         if node not in VALUE_OR_MAP or override.is_delete():
             return ""
-        if any(o.key_or_group == node for o in self.overrides):
-            return ""  # a map the command line sets: Hydra says how to add to it
-        if OmegaConf.is_config(OmegaConf.select(self.config, node)):
+        given = [o.value() for o in self.overrides if o.key_or_group == node]  # the last counts
+        held = given[-1] if given else OmegaConf.select(self.config, node)
+        if isinstance(held, dict) or OmegaConf.is_config(held):
             return ""
-        held, value = as_override(OmegaConf.select(self.config, node)), override.get_value_string()
+        held, value = as_override(held), override.get_value_string()
         return f"{node}={held} holds no keys; give them as a map, e.g. {node}={{{rest}:{value}}}"
 
     def options_giving(self, key: str) -> str:

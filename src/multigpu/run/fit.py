@@ -301,10 +301,11 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         if peer is None:
             peer = "a collective failed: another process of the run ended or stopped first"
         raise PeerFailed(f"{peer}; rank {rank} then stopped with {cause}") from err
-    except (OSError, EOFError):  # a loader worker's pipe, closed by a signal to the group
-        stopped = run_stop_signal()
+    except (ConnectionError, EOFError) as err:  # a loader worker's pipe, closed by a signal
+        stopped = run_stop_signal()  # to the process group, which ended the worker first
         if stopped is None:
             raise
+        log.warning("after %s: %s: %s", stopped.name, type(err).__name__, summary_line(str(err)))
         raise Interrupted(f"interrupted by {stopped.name}", exit_code=128 + stopped) from None
     finally:
         if threading.current_thread() is threading.main_thread():
