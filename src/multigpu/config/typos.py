@@ -118,7 +118,7 @@ def hydra_refusal(
 def map_refusal(node: str, error: Any, overrides: list[Any], judged: Any) -> str:
     """``node={key: value}`` where ``node``'s map lacks ``key``: a search space is added to
     with ``++`` (Optuna's params); anywhere else the key is likely misspelt: its closest."""
-    line = next(o.input_line for o in overrides if o.key_or_group == node)
+    line = next((o.input_line for o in overrides if o.key_or_group == node), f"{node}={{...}}")
     said = f"{line}: {summary_line(error)} (a map sets only the keys {node} has)"
     if node == PARAMS:
         return f"{said}; to add keys to it, write ++{line}"
