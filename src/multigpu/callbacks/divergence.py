@@ -4,9 +4,8 @@ The losses of the last ``check_every_n_steps`` steps stay on the device and are 
 go, so the check costs one host synchronisation per window instead of one per step, and still
 names the exact step (and batch, under gradient accumulation), with the lr it was taken at
 (read then: a schedule may have moved it by the time the window is checked, a cosine to 0 at
-its end). The window is always closed at the
-end of an epoch, before Lightning's checkpoint callback (which runs after all others) saves
-``last.ckpt``.
+its end). The window is always closed at the end of an epoch, before Lightning's checkpoint
+callback (which runs after all others) saves ``last.ckpt``.
 """
 
 from __future__ import annotations
@@ -96,8 +95,7 @@ class DivergenceGuard(Callback):
         batch = f", batch {batch + 1}" if trainer.accumulate_grad_batches > 1 else ""
         return (
             f"training diverged: loss is {value} at step {step} (epoch {epoch}{batch}) with lr "
-            f"{lr:g}; "
-            f"{kept}: lower model.optimizer.lr and train again"
+            f"{lr:g}; {kept}: lower model.optimizer.lr and train again"
         )
 
 

@@ -10,9 +10,8 @@ the run has completed and its last checkpoint is written, so a signal during wha
 
 SIGHUP, which a closed terminal sends the jobs it started, SIGQUIT, a CPU-time limit's SIGXCPU,
 SIGALRM, and SIGUSR1/2 outside SLURM (``multigpu.config.launch.stop_signals``) are stops like
-SIGTERM (their default would end the
-process unrecorded): before and after training the same way; while
-Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
+SIGTERM (their default would end the process unrecorded): before and after training the same
+way; while Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
 current step, and named by ``stop_signal``.
 
 A run ends for the *first* signal that stops it (``Ending``): Ctrl-C then ``kill`` (SIGINT then
