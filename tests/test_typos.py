@@ -554,6 +554,7 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
 
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
     line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
+    line += ["hydra.run.dir=outputs/run"]  # its default, ${run_name:}, resolves once Hydra runs
     monkeypatch.setattr(sys, "argv", ["train.py", *line])
     check_command_line("config")
     assert len(compositions) == 1 and capsys.readouterr().err == ""

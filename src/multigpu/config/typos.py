@@ -234,7 +234,10 @@ class Composition(Offer):
             return False
         if self.is_group(name):
             return name in self.config.hydra.runtime.choices and isinstance(value, str)
-        return name in self.keys and not OmegaConf.is_config(OmegaConf.select(self.config, name))
+        held = OmegaConf.select(
+            self.config, name, throw_on_resolution_failure=False
+        )  # ${run_name:}
+        return name in self.keys and not OmegaConf.is_config(held)
 
     def check_params(self, override: Any) -> Typo | None:
         """``hydra.sweeper.params``: Hydra 1.3's basic sweeper fails on it with a traceback;
