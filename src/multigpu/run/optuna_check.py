@@ -26,7 +26,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from multigpu.config.errors import UserError, closest, did_you_mean, summary_line
+from multigpu.config.errors import UserError, as_override, closest, did_you_mean, summary_line
 from multigpu.config.job_names import task_overrides
 from multigpu.run.objective import DIRECTION, OBJECTIVE
 
@@ -377,7 +377,7 @@ def hydra_form(distribution: Any) -> str:
     interval(0.01, 0.5))``, ``interval(0.1, 0.9)``, ``range(16, 64, 16)``."""
     choices = getattr(distribution, "choices", None)
     if choices is not None:
-        return f"choice({', '.join(hydra_value(c) for c in choices)})"
+        return f"choice({', '.join(as_override(c) for c in choices)})"
     low, high = distribution.low, distribution.high
     log = getattr(distribution, "log", False) or "Log" in type(distribution).__name__
     if log:
@@ -386,13 +386,6 @@ def hydra_form(distribution: Any) -> str:
     if step is not None and step != 1:
         return f"range({low}, {high}, {step})"
     return f"interval({low}, {high})"
-
-
-def hydra_value(value: Any) -> str:
-    """A choice as Hydra's grammar writes it (``null``, ``true``)."""
-    if value is None:
-        return "null"
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def quiet_alembic() -> None:
