@@ -3,7 +3,7 @@
 (log lines: ``conf/eval.yaml``)."""
 
 # ruff: noqa: E402  (the command line is checked before the imports that take longest)
-from multigpu.config.typos import check_command_line
+from multigpu.run.command_line import check_command_line
 from multigpu.run.console import guard_console, one_line_on_ctrl_c
 from multigpu.run.quiet import quiet
 

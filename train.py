@@ -1,7 +1,7 @@
 """Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
 
 # ruff: noqa: E402  (the command line is checked before the imports that take longest)
-from multigpu.config.typos import check_command_line
+from multigpu.run.command_line import check_command_line, training_values
 from multigpu.run.console import guard_console, one_line_on_ctrl_c
 from multigpu.run.quiet import quiet
 
@@ -9,7 +9,7 @@ guard_console()  # a closed stdout or stderr (| head, a closed terminal) never f
 quiet()  # here too for DDP's workers, which start from this file
 if __name__ == "__main__":
     with one_line_on_ctrl_c():
-        check_command_line("config")  # a misspelt key or option: one line, exit 2
+        check_command_line("config", training_values)  # a misspelt name or bad value: exit 2
 
 import hydra
 from omegaconf import DictConfig

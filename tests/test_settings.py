@@ -14,15 +14,15 @@ import pytest
 import torch
 from conftest import CONF, TINY, compose_config, examples, resolve_on, run_script
 from hydra.utils import get_class as locate
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config import names, schema
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, as_override, message
 from multigpu.config.launch import PROCESS_VARIABLES, check_launched
 from multigpu.config.settings import check_split_weights, parse_devices
-from multigpu.config.typos import find_typos
+from multigpu.run.command_line import refusal
 from multigpu.run.fit import build_strategy
 from multigpu.tools.bench.mistakes import CORES, MISTAKES
 
@@ -345,19 +345,66 @@ def test_dp_on_cpu_runs_one_device(tmp_path):
 SRUN_2_NODES = {**SRUN_2, "SLURM_NTASKS": "2", "SLURM_NTASKS_PER_NODE": "1"}
 
 
+def values_on(cpu_cores: int, cuda_devices: int = 0):
+    """The command line's check of the values (``training_values``), on a machine described."""
+
+    def check(cfg) -> None:
+        resolve_on(cfg, cuda_devices=cuda_devices, cpu_cores=cpu_cores)
+
+    return check
+
+
 @pytest.mark.parametrize("case", sorted(MISTAKES))
 def test_every_mistake_is_answered_in_one_line_before_torch(case, tmp_path):
-    """The one list of config mistakes, each through what ``train.py`` runs before torch: the
-    command line's names (``typos``), then the values (``resolve_run``)."""
+    """The one list of config mistakes, each through what ``train.py`` runs before torch
+    (``command_line.refusal``: the names, then the values on the same composition), or the
+    job's own check of the values where the command line is not plain enough for that."""
     overrides, text = MISTAKES[case]
-    typos = find_typos([*TINY, *overrides], "config", CONF)
-    if typos:
-        message = "; ".join(typo.message for typo in typos)
-    else:
+    message = refusal([*TINY, *overrides], "config", values_on(CORES))
+    if message is None:
         with pytest.raises(UserError) as err:
             resolve_on(compose_config([*TINY, *overrides], tmp_path), cpu_cores=CORES)
         message = str(err.value)
     assert text in message and "\n" not in message
+
+
+VALUE_KEYS = {  # leaf keys and values that may be refused, as a user may give them
+    "data.batch_size": st.integers(-3, 300),
+    "trainer.devices": st.integers(-2, 4) | st.sampled_from(["auto", "2", "x"]),
+    "trainer.max_epochs": st.integers(-3, 3),
+    "model.optimizer.lr": st.floats(-1, 1, allow_nan=False) | st.just("fast"),
+    "model.net.width": st.integers(-1, 600),
+    "strategy": st.sampled_from(["single", "ddp", "dp", "scatter_allreduce"]),
+    "trainer.precision": st.sampled_from(["32", "bf16-mixed", "16-mixed", "64"]),
+    "seed": st.integers(-2, 2**33) | st.none(),
+}
+
+
+@given(data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_the_command_lines_answer_to_a_value_is_the_jobs(data, tmp_path_factory):
+    """A value the command line refuses, the job refuses alike, and one it takes, the job takes:
+    the same check on the config Hydra composes for the job (checked here as the job gets it,
+    composed whole by Hydra), never a second rule."""
+    keys = data.draw(st.lists(st.sampled_from(sorted(VALUE_KEYS)), min_size=1, max_size=3))
+    line = [f"{key}={as_override(data.draw(VALUE_KEYS[key]))}" for key in dict.fromkeys(keys)]
+    said = refusal([*TINY, *line], "config", values_on(2))
+    try:
+        resolve_on(compose_config([*TINY, *line], tmp_path_factory.mktemp("job")))
+        job = None
+    except UserError as refused:
+        job = message(refused)
+    assert said == job
+
+
+def test_a_bad_value_under_a_flag_is_left_to_hydra_and_the_job():
+    """``--cfg job`` prints the config (a bad value in it is not run), and ``-m``'s jobs are
+    checked as a sweep: the command line's check of the values stands aside for any flag (and
+    for a multirun asked for by its setting)."""
+    line = [*TINY, "data.batch_size=-1"]
+    assert "data.batch_size=-1 must be" in refusal(line, "config", values_on(2))
+    for flag in (["--cfg", "job"], ["-m"], ["--multirun"], ["hydra.mode=MULTIRUN"]):
+        assert refusal([*flag, *line], "config", values_on(2)) is None
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,12 @@ from multigpu.config.typo_hydra import dotted_keys
 from multigpu.config.typos import (
     PARAMS,
     Composition,
-    check_command_line,
     composing,
     find_typos,
     hydra_refusal,
     parse_overrides,
 )
+from multigpu.run.command_line import check_command_line, training_values
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
@@ -540,9 +540,10 @@ def test_a_key_set_to_its_own_value_passes(data):
 
 def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
     """The whole check of a typical valid command line (``check_command_line``: typos, then
-    what Hydra alone would refuse) costs one Hydra composition of it, not one per key or option
-    nor a second for Hydra's refusals, which that composition rules out: counted, not timed. A
-    line Hydra may refuse (a + append) is composed whole, and refused."""
+    what Hydra alone would refuse, then the values) costs one Hydra composition of it, not one
+    per key or option nor a second for Hydra's refusals or the values, which that composition
+    rules out or holds: counted, not timed. A line Hydra may refuse (a + append) is composed
+    whole, and refused."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     compositions = []
@@ -556,8 +557,12 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
     line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
     line += ["hydra.run.dir=outputs/run"]  # its default, ${run_name:}, resolves once Hydra runs
     monkeypatch.setattr(sys, "argv", ["train.py", *line])
-    check_command_line("config")
+    check_command_line("config", training_values)  # its values too, on that composition
     assert len(compositions) == 1 and capsys.readouterr().err == ""
+    monkeypatch.setattr(sys, "argv", ["train.py", *line, "data.batch_size=-1"])
+    with pytest.raises(SystemExit):
+        check_command_line("config", training_values)
+    assert len(compositions) == 2 and "data.batch_size=-1 must be" in capsys.readouterr().err
     compositions.clear()
     monkeypatch.setattr(sys, "argv", ["train.py", *line, "+model.net.x=1", "+model.net.x=2"])
     with pytest.raises(SystemExit):

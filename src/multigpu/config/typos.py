@@ -25,7 +25,6 @@ from multigpu.config.typo_hydra import (
     UsageError,
     composed_keys,
     composing,
-    conf_dir,
     option_values,
     parse_overrides,
     values,
@@ -42,17 +41,6 @@ class Typo:
 
     message: str
     suggestions: list[str] = field(default_factory=list)
-
-
-def check_command_line(config_name: str) -> None:
-    """Exit 2 with one ``error:`` line if an override of ``sys.argv`` names no key or option,
-    or holds an interpolation that cannot be resolved; else return, having written nothing."""
-    argv, conf, judged = sys.argv[1:], conf_dir(), []
-    typos = "; ".join(typo.message for typo in find_typos(argv, config_name, conf, judged))
-    said = typos or check_interpolations(argv, config_name, conf)
-    if said := said or hydra_refusal(argv, config_name, conf, *judged):
-        print(f"error: {said}", file=sys.stderr, flush=True)
-        sys.exit(2)
 
 
 def find_typos(
@@ -221,8 +209,9 @@ class Composition(Offer):
 
     def surely_composed(self, override: Any) -> bool:
         """One plain value (no list, map or interpolation), for an option of a group the
-        defaults list or for a leaf key of the composed config; not an add (+, ++), a deletion
-        or a package. A list of options (two experiments) or a map Hydra may refuse."""
+        defaults list or for a leaf key of the composed config (null for any node of the
+        project's untyped config); not an add (+, ++), a deletion or a package. A list of
+        options (two experiments) or a map Hydra may refuse."""
         from omegaconf import OmegaConf
 
         name, value = override.key_or_group, override.value()
@@ -237,6 +226,8 @@ class Composition(Offer):
         held = OmegaConf.select(
             self.config, name, throw_on_resolution_failure=False
         )  # ${run_name:}
+        if value is None and not name.startswith("hydra."):  # the project's nodes are untyped
+            return name in self.keys
         return name in self.keys and not OmegaConf.is_config(held)
 
     def check_params(self, override: Any) -> Typo | None:

@@ -1,6 +1,7 @@
 """Config mistakes, each with the text of the one ``error:`` line that answers it: the one list
 of them. The tests check every case in-process against the checks that run before torch
-(``multigpu.config.typos``, then ``multigpu.config.settings.resolve_run``), and a few as real
+(``multigpu.run.command_line``: the names, then the values by
+``multigpu.config.settings.resolve_run``), and a few as real
 ``python train.py`` runs that must answer without importing torch; the start-up benchmark
 (``python -m multigpu.tools.bench.startup``) times the ones it names as a user meets them.
 
@@ -417,7 +418,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "empty_path": (["data.root=''"], "data.root='' names no path"),
     "unknown_top_level_key": (["+sed=1"], "sed is not a setting of the config: did you mean seed?"),
     "empty_source": (["data.source=''"], "(it follows MULTIGPU_DATA: unset that if it is empty)"),
-    "interpolation": (["data.batch_size=${nosuch}"], "data.batch_size cannot be resolved"),
+    "interpolation": (
+        ["data.batch_size=${nosuch}"],
+        "cannot be resolved (Interpolation key 'nosuch' not found)",
+    ),
     "huge_integer": (["data.num_workers=100000000000000000000"], "more than torch's 64-bit"),
     "workers": (["data.num_workers=100000"], "data.num_workers=100000 must be between 0 and 256"),
 }
