@@ -22,6 +22,7 @@ from multigpu.config.errors import UserError, message
 from multigpu.config.settings import Machine, parse_devices
 from multigpu.run.admission import admit
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.command_line import composed_command
 
 MACHINES = (1, 2, 8)
 CORES = 16  # the CPU cores of a GPU machine
@@ -37,6 +38,17 @@ def jobs_of(arguments: list[str]) -> tuple[list[list[str]], bool]:
         return [overrides], False
     parsed = OverridesParser.create().parse_overrides(overrides)
     return [list(job) for job in BasicSweeper.split_arguments(parsed, None)[0]], True
+
+
+def job_config(job: list[str], output_dir: Path | None = None):
+    """A job's config as Hydra composes it: once per set of group options in this process
+    (``command_line.composed_command``), else composed whole."""
+    cfg = composed_command(job)
+    if cfg is None:
+        return compose_config(job, output_dir)
+    if output_dir is not None:
+        cfg.paths.output_dir = str(output_dir)
+    return cfg
 
 
 def gpus_needed(trainer) -> int:
@@ -73,7 +85,7 @@ def admission_problems(
     jobs, multirun = jobs_of(arguments)
     problems = []
     for number, job in enumerate(jobs):
-        cfg = compose_config(job, folder / f"job_{number}")
+        cfg = job_config(job, folder / f"job_{number}")
         needed, shown = gpus_needed(cfg.trainer), " ".join(job)
         for gpus in machines or telling_machines(needed):
             machine = Machine(gpus, CORES, {}, multirun)
@@ -97,7 +109,7 @@ def gpu_commands() -> dict[str, list[str]]:
     found.update({f"acceptance {k}": v for k, v in acceptance_commands().items()})
     for where, arguments in documented_commands().items():
         jobs, _ = jobs_of(arguments)
-        if gpus_needed(compose_config(jobs[0]).trainer) and arguments not in found.values():
+        if gpus_needed(job_config(jobs[0]).trainer) and arguments not in found.values():
             found[where] = arguments  # a command documented twice is admitted once
     return found
 

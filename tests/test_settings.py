@@ -14,12 +14,12 @@ import pytest
 import torch
 from conftest import CONF, TINY, compose_config, examples, resolve_on, run_script
 from hydra.utils import get_class as locate
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config import names, schema
-from multigpu.config.errors import UserError, as_override, message
+from multigpu.config.errors import UserError
 from multigpu.config.launch import PROCESS_VARIABLES, check_launched
 from multigpu.config.settings import check_split_weights, parse_devices
 from multigpu.run.command_line import refusal
@@ -366,45 +366,6 @@ def test_every_mistake_is_answered_in_one_line_before_torch(case, tmp_path):
             resolve_on(compose_config([*TINY, *overrides], tmp_path), cpu_cores=CORES)
         message = str(err.value)
     assert text in message and "\n" not in message
-
-
-VALUE_KEYS = {  # leaf keys and values that may be refused, as a user may give them
-    "data.batch_size": st.integers(-3, 300),
-    "trainer.devices": st.integers(-2, 4) | st.sampled_from(["auto", "2", "x"]),
-    "trainer.max_epochs": st.integers(-3, 3),
-    "model.optimizer.lr": st.floats(-1, 1, allow_nan=False) | st.just("fast"),
-    "model.net.width": st.integers(-1, 600),
-    "strategy": st.sampled_from(["single", "ddp", "dp", "scatter_allreduce"]),
-    "trainer.precision": st.sampled_from(["32", "bf16-mixed", "16-mixed", "64"]),
-    "seed": st.integers(-2, 2**33) | st.none(),
-}
-
-
-@given(data=st.data())
-@settings(max_examples=10, deadline=None)
-def test_the_command_lines_answer_to_a_value_is_the_jobs(data, tmp_path_factory):
-    """A value the command line refuses, the job refuses alike, and one it takes, the job takes:
-    the same check on the config Hydra composes for the job (checked here as the job gets it,
-    composed whole by Hydra), never a second rule."""
-    keys = data.draw(st.lists(st.sampled_from(sorted(VALUE_KEYS)), min_size=1, max_size=3))
-    line = [f"{key}={as_override(data.draw(VALUE_KEYS[key]))}" for key in dict.fromkeys(keys)]
-    said = refusal([*TINY, *line], "config", values_on(2))
-    try:
-        resolve_on(compose_config([*TINY, *line], tmp_path_factory.mktemp("job")))
-        job = None
-    except UserError as refused:
-        job = message(refused)
-    assert said == job
-
-
-def test_a_bad_value_under_a_flag_is_left_to_hydra_and_the_job():
-    """``--cfg job`` prints the config (a bad value in it is not run), and ``-m``'s jobs are
-    checked as a sweep: the command line's check of the values stands aside for any flag (and
-    for a multirun asked for by its setting)."""
-    line = [*TINY, "data.batch_size=-1"]
-    assert "data.batch_size=-1 must be" in refusal(line, "config", values_on(2))
-    for flag in (["--cfg", "job"], ["-m"], ["--multirun"], ["hydra.mode=MULTIRUN"]):
-        assert refusal([*flag, *line], "config", values_on(2)) is None
 
 
 @pytest.mark.parametrize(

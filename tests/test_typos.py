@@ -19,6 +19,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
+from multigpu.config import typo_hydra
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import dotted_keys
 from multigpu.config.typos import (
@@ -542,8 +543,9 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
     """The whole check of a typical valid command line (``check_command_line``: typos, then
     what Hydra alone would refuse, then the values) costs one Hydra composition of it, not one
     per key or option nor a second for Hydra's refusals or the values, which that composition
-    rules out or holds: counted, not timed. A line Hydra may refuse (a + append) is composed
-    whole, and refused."""
+    rules out or holds: counted, not timed. Another line of the same group choices costs none
+    (``typo_hydra.COMPOSED``). A line Hydra may refuse (a + append) is composed whole, and
+    refused."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     compositions = []
@@ -554,6 +556,7 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
         return load(self, *args, **kwargs)
 
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
+    monkeypatch.setattr(typo_hydra, "COMPOSED", {})  # none composed before in this process
     line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
     line += ["hydra.run.dir=outputs/run"]  # its default, ${run_name:}, resolves once Hydra runs
     monkeypatch.setattr(sys, "argv", ["train.py", *line])
@@ -562,7 +565,8 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
     monkeypatch.setattr(sys, "argv", ["train.py", *line, "data.batch_size=-1"])
     with pytest.raises(SystemExit):
         check_command_line("config", training_values)
-    assert len(compositions) == 2 and "data.batch_size=-1 must be" in capsys.readouterr().err
+    assert len(compositions) == 1 and "data.batch_size=-1 must be" in capsys.readouterr().err
+    monkeypatch.setattr(typo_hydra, "COMPOSED", {})
     compositions.clear()
     monkeypatch.setattr(sys, "argv", ["train.py", *line, "+model.net.x=1", "+model.net.x=2"])
     with pytest.raises(SystemExit):
@@ -771,6 +775,41 @@ def test_a_line_hydra_may_refuse_is_composed_whole_though_its_keys_were_composed
     assert judged and not judged[0].cannot_refuse(parse_overrides(line))
     refused = hydra_refusal(line, "config", CONF, *judged)
     assert refused is not None and said in refused and "\n" not in refused
+
+
+def leaf_keys_of_nodes() -> list[tuple[str, str]]:
+    """(node, key) for every plain value of the project's composed config in a mapping node."""
+    with composing(CONF):
+        cfg = OmegaConf.to_container(compose("config", ["model.net.width=4"]))
+    found = []
+    for node in composed_nodes():
+        held = (
+            functools.reduce(lambda held, name: held[name], node.split("."), cfg) if node else cfg
+        )
+        found += [(node, k) for k, v in held.items() if node and not isinstance(v, (dict, list))]
+    return sorted(found)
+
+
+@examples(6)  # each composes the command whole, about 0.4 s an example here
+@given(data=st.data())
+def test_a_misspelt_key_in_any_map_is_answered_in_one_line_with_its_closest(data):
+    """``node={misspelt: value}`` for any mapping of the config and any of its keys misspelt by
+    one letter: one line naming the node's closest key, never ``++`` (which would add it)."""
+    node, key = data.draw(st.sampled_from(leaf_keys_of_nodes()), label="node, key")
+    at = data.draw(st.integers(0, len(key) - 1), label="letter dropped")
+    misspelt = key[:at] + key[at + 1 :]
+    assume(misspelt and misspelt.isidentifier() and not node.startswith("hydra"))
+    judged = []
+    assert find_typos([f"{node}={{{misspelt}: 1}}"], "config", CONF, judged) == []
+    said = hydra_refusal([f"{node}={{{misspelt}: 1}}"], "config", CONF, *judged)
+    if said is None:  # the misspelling is another key of the node's: Hydra takes it
+        assert misspelt in composed_keys_of(node)
+        return
+    assert "\n" not in said and "++" not in said and f"{node}.{key}" in said
+
+
+def composed_keys_of(node: str) -> set[str]:
+    return {k for n, k in leaf_keys_of_nodes() if n == node}
 
 
 def test_a_misspelt_key_in_a_map_is_answered_with_its_closest_not_with_plus_plus():

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from multigpu.config.errors import UserError, message
-from multigpu.config.typo_hydra import conf_dir
+from multigpu.config.typo_hydra import UsageError, composing, conf_dir, parse_overrides
 from multigpu.config.typos import Composition, check_interpolations, find_typos, hydra_refusal
 
 OUTPUT_DIR = "paths.output_dir"  # ${hydra:runtime.output_dir}: known once Hydra runs the job
@@ -48,15 +48,31 @@ def refusal(
 def value_refusal(
     argv: list[str], judged: Composition, values: Callable[[Any], None]
 ) -> str | None:
-    """``values``' refusal of the config the job will be given, where the typo check's
-    composition shows it exactly; None where it does not (a flag: ``-m``, ``--cfg``; a sweep;
-    an append, a list, a map, an interpolation), or where the values are taken."""
+    """``values``' refusal of the config the job will be given (``job_config``), where the
+    typo check's composition shows it; None where it does not, or where the values are taken."""
+    cfg = job_config(argv, judged)
+    if cfg is None:
+        return None
+    try:
+        values(cfg)
+    except UserError as refused:
+        return message(refused)
+    except Exception:  # noqa: BLE001 - the job runs the same check, and says it there
+        return None
+    return None
+
+
+def job_config(argv: list[str], judged: Composition) -> Any | None:
+    """The config Hydra will give the one job of ``argv``: ``judged``'s composition of its group
+    options, with its other overrides set as Hydra sets them (``paths.output_dir`` at the
+    current folder, since Hydra alone knows it). None where that is not sure to be it: a flag
+    (``-m``, ``--cfg``), a sweep, an append, a list, a map, an interpolation, a multirun."""
     overrides = judged.overrides
     if any(arg.startswith("-") for arg in argv) or any(o.is_sweep_override() for o in overrides):
         return None
     if not judged.cannot_refuse(overrides):
         return None
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.types import RunMode
     from omegaconf import OmegaConf, open_dict
 
@@ -66,18 +82,32 @@ def value_refusal(
         ConfigLoaderImpl._apply_overrides_to_config(settings, cfg)  # as Hydra sets them
     except Exception:  # noqa: BLE001 - Hydra says it, with its context, when it runs
         return None
+    task = [o for o in overrides if not o.is_hydra_override()]
+    with open_dict(cfg.hydra):  # Hydra's record of the command line, as it keeps it
+        cfg.hydra.overrides.task = [o.input_line for o in task]
+        cfg.hydra.overrides.hydra = [o.input_line for o in overrides if o.is_hydra_override()]
+        named = cfg.hydra.job.config.override_dirname
+        cfg.hydra.job.override_dirname = get_overrides_dirname(
+            task, named.exclude_keys, named.item_sep, named.kv_sep
+        )
     if cfg.hydra.mode == RunMode.MULTIRUN:  # hydra.mode=MULTIRUN: each job is checked
         return None
     if OmegaConf.select(cfg, OUTPUT_DIR, throw_on_resolution_failure=False) is None:
         with open_dict(cfg):
             OmegaConf.update(cfg, OUTPUT_DIR, os.getcwd())  # nothing is written there
+    return cfg
+
+
+def composed_command(argv: list[str], config_name: str = "config") -> Any | None:
+    """``job_config`` of a command line alone (its names unchecked): what a tool that reads
+    many commands' configs composes once per set of group options (``typo_hydra.COMPOSED``)."""
     try:
-        values(cfg)
-    except UserError as refused:
-        return message(refused)
-    except Exception:  # noqa: BLE001 - the job runs the same check, and says it there
+        overrides = parse_overrides(argv)
+    except UsageError:
         return None
-    return None
+    with composing(conf_dir()):
+        judged = Composition(config_name, overrides)
+        return job_config(argv, judged) if judged.config is not None else None
 
 
 def training_values(cfg: Any) -> None:
