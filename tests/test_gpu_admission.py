@@ -61,12 +61,14 @@ def gpus_needed(trainer) -> int:
 
 
 def build_until_cuda(cfg, run) -> None:
-    """What ``multigpu.run.fit.fit`` builds before Lightning's Trainer asks CUDA for devices."""
+    """What ``multigpu.run.fit.fit`` builds before Lightning's Trainer asks CUDA for devices; the
+    network's tensors on torch's meta device, as a sweep's check builds it (no initialisation)."""
     from multigpu.run.fit import build_datamodule, build_module, build_strategy
+    from multigpu.run.parts_check import on_meta_device
 
     build_strategy(cfg.strategy, run)
     build_datamodule(cfg.data, run)
-    build_module(cfg.model, run)
+    on_meta_device(cfg.model, lambda: build_module(cfg.model, run))
 
 
 def telling_machines(needed: int) -> list[int]:
