@@ -15,7 +15,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 import torch
-from conftest import TINY, copy_raw, run_script, write_gz
+from conftest import REPO, TINY, copy_raw, run_script, write_gz
 from hypothesis import given
 
 from multigpu.config.errors import UserError
@@ -494,3 +494,20 @@ def test_a_checkpoint_kept_apart_from_its_record_is_fitted_by_its_weights(traine
     kept.write_bytes((trained_run / "checkpoints" / "last.ckpt").read_bytes())
     with pytest.raises(UserError, match=r"does not fit this network: parameter '0.weight' has"):
         resume.plan_init(str(kept), tmp_path, {"width": 8, "num_classes": 10})
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_a_current_folder_deleted_is_said_in_one_line(script, tmp_path):
+    """A shell left in a folder since deleted: Hydra reads the current folder first thing, and
+    failed with a traceback."""
+    import subprocess
+    import sys
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    shell = f'cd "{gone}" && rmdir "{gone}" && exec "{sys.executable}" "{REPO / script}" seed=1'
+    result = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: the current folder no longer exists (deleted or moved): cd into one that does"
+    ]
+    assert list(tmp_path.iterdir()) == []

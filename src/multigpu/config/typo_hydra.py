@@ -198,7 +198,7 @@ class Offer:
         from hydra import compose
 
         lines = [*(line for o in self.overrides if (line := self.composable(o))), *more]
-        key = (self.config_name, *lines, os.getcwd(), *((s.provider, s.path) for s in self.sources))
+        key = (self.config_name, *lines, cwd(), *((s.provider, s.path) for s in self.sources))
         if key not in COMPOSED:
             try:
                 COMPOSED[key] = compose(self.config_name, lines, return_hydra_config=True)
@@ -219,6 +219,14 @@ class Offer:
         listed = set(self.options(override.key_or_group))
         valid = options and None not in values(override) and set(options) <= listed
         return f"{override.get_key_element()}={options[0]}" if valid else None
+
+
+def cwd() -> str | None:
+    """The current folder, which Hydra records (``hydra.runtime.cwd``); None once deleted."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None
 
 
 def composed_keys(cfg: Any) -> set[str]:

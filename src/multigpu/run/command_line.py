@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from multigpu.config.errors import UserError, message
-from multigpu.config.typo_hydra import UsageError, composing, conf_dir, parse_overrides
+from multigpu.config.typo_hydra import UsageError, composing, conf_dir, cwd, parse_overrides
 from multigpu.config.typos import Composition, check_interpolations, find_typos, hydra_refusal
 
 OUTPUT_DIR = "paths.output_dir"  # ${hydra:runtime.output_dir}: known once Hydra runs the job
@@ -26,7 +26,11 @@ OUTPUT_DIR = "paths.output_dir"  # ${hydra:runtime.output_dir}: known once Hydra
 
 def check_command_line(config_name: str, values: Callable[[Any], None] | None = None) -> None:
     """Exit 2 with the one line of ``refusal``; else return, having written nothing."""
-    if said := refusal(sys.argv[1:], config_name, values):
+    if cwd() is None:  # Hydra reads it first thing, with a traceback
+        said = "the current folder no longer exists (deleted or moved): cd into one that does"
+    else:
+        said = refusal(sys.argv[1:], config_name, values)
+    if said:
         print(f"error: {said}", file=sys.stderr, flush=True)
         sys.exit(2)
 
