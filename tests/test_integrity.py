@@ -867,7 +867,7 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert str(stopped.value).startswith(said) and after["reason"] == str(stopped.value)
 
 
-@pytest.mark.parametrize("damage", ["cut", "flipped"])
+@pytest.mark.parametrize("damage", [pytest.param("cut", marks=pytest.mark.slow), "flipped"])
 def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(damage, tmp_path):
     """The same command again continues the folder's own ``last.ckpt``: damaged (cut short, or
     a byte flipped: its digest differs), it is named as that, not as a ``ckpt_path`` the

@@ -421,8 +421,13 @@ def test_a_held_study_made_to_minimize_is_refused(tmp_path, tmp_path_factory, ca
     "overrides",
     [
         [],  # the same search space
-        ["model.optimizer.lr=tag(log,interval(0.001,0.01))"],  # another range, of its kind
-        ["++" + params({"model.optimizer.momentum": "interval(0.5, 0.9)"})],  # a key more
+        pytest.param(  # another range, of its kind
+            ["model.optimizer.lr=tag(log,interval(0.001,0.01))"], marks=pytest.mark.slow
+        ),
+        pytest.param(  # a key more
+            ["++" + params({"model.optimizer.momentum": "interval(0.5, 0.9)"})],
+            marks=pytest.mark.slow,
+        ),
         [params({"data.batch_size": "choice(16, 64)"}), "hydra.sweeper.study_name=other"],
     ],
 )
@@ -713,11 +718,15 @@ def test_the_search_space_read_without_optuna_is_optunas(entries):
 @pytest.mark.parametrize(
     "setting",
     [
+        # a real process each (2-4 s); the default suite keeps two, the in-process test of each
+        # refusal is test_a_setting_optuna_would_fail_on_is_refused_before_any_trial
         "model.optimizer.lr=interval(0.5,0.01)",
-        params({"model.optimizer.lr": "tag(log, interval(0, 0.5))"}),
-        params({"data.batch_size": "choice(16, -4)"}),
+        pytest.param(
+            params({"model.optimizer.lr": "tag(log, interval(0, 0.5))"}), marks=pytest.mark.slow
+        ),
+        pytest.param(params({"data.batch_size": "choice(16, -4)"}), marks=pytest.mark.slow),
         "++" + params({"model.optimizer.lrr": "interval(0.01, 0.5)"}),
-        "hydra/sweeper/sampler=grid",
+        pytest.param("hydra/sweeper/sampler=grid", marks=pytest.mark.slow),
     ],
 )
 def test_a_search_space_refusal_imports_neither_optuna_nor_torch(setting, tmp_path):

@@ -126,7 +126,11 @@ def test_pipelines_train_alike_under_ddp(tmp_path, data_root):
 
 @pytest.mark.parametrize(
     ("pipeline", "workers"),
-    [("memory", 0), ("torchvision", 2), pytest.param("torchvision", 0, marks=pytest.mark.slow)],
+    [
+        ("memory", 0),  # the default suite's; loader workers and torchvision's pipeline: -m slow
+        pytest.param("torchvision", 2, marks=pytest.mark.slow),
+        pytest.param("torchvision", 0, marks=pytest.mark.slow),
+    ],
 )
 def test_a_resume_under_a_per_step_schedule_ends_as_a_run_never_stopped(
     pipeline, workers, tmp_path
