@@ -128,6 +128,7 @@ def test_a_signal_while_a_constructor_runs_stays_an_interruption():
         ("DataLoader worker (pid 6873) is killed by signal: User defined signal 1. ", "SIGUSR1"),
         ("DataLoader worker (pid 6873) is killed by signal: Killed. ", None),
         ("Connection closed by peer", None),
+        ("DataLoader worker (pid(s) 12, 13) exited unexpectedly", None),  # no stop came: 1 s
     ],
 )
 def test_loader_workers_ended_by_a_signal_mean_the_run_was_interrupted(text, name):
@@ -136,3 +137,27 @@ def test_loader_workers_ended_by_a_signal_mean_the_run_was_interrupted(text, nam
 
     found = signal_of_loader_workers(RuntimeError(text))
     assert (found.name if found is not None else None) == name
+
+
+def test_loader_workers_reaped_before_their_signal_was_seen_wait_for_the_runs():
+    """Torch may reap a worker the group's SIGTERM ended before it reads how it ended ("exited
+    unexpectedly"): the run's own stop signal, noted then or a moment later, says it."""
+    import signal
+
+    from multigpu.callbacks import interrupts
+    from multigpu.run.fit import signal_of_loader_workers
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with interrupts.one_ending() as ending:
+            ending.armed = True
+            ending.note(signal.SIGTERM)
+            error = RuntimeError("DataLoader worker (pid(s) 12, 13) exited unexpectedly")
+            assert signal_of_loader_workers(error) == signal.SIGTERM
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        interrupts._ending = None
+        import atexit
+
+        atexit.unregister(interrupts.ignored_until_exit)

@@ -32,6 +32,7 @@ import select
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -158,11 +159,13 @@ class Ending:
     would: SIGINT raises ``KeyboardInterrupt`` (which Lightning answers by stopping after the
     current step); a stop signal raises ``Interrupted`` outside Lightning's training and is
     handed to Lightning's SIGTERM handling while it trains (``multigpu.callbacks.interrupts``);
-    outside ``train``'s run (``armed`` false) it does what the handler before it did."""
+    outside ``train``'s run (``armed`` false) it does what the handler before it did. While
+    the run's ending is being recorded (``noted_only``) the first is noted, not raised."""
 
     def __init__(self, signums: tuple[signal.Signals, ...]):
         self.first: signal.Signals | None = None
         self.armed = False  # between the run's start and its end: stop it
+        self.raising = True  # false while the run's ending is recorded (``noted_only``)
         self.signums = signums
         self.previous = {s: signal.getsignal(s) for s in signums}
         self.handler = self.handle  # one object: Lightning's handlers are told apart from it
@@ -181,6 +184,8 @@ class Ending:
         if self.first is not None:
             return  # the run already stops for the first signal
         self.note(signum)
+        if self.armed and not self.raising:
+            return  # the run's ending is being recorded: the signal is its reason, read after
         if not self.armed:
             previous = self.previous[signum]
             if callable(previous):
@@ -196,6 +201,36 @@ class Ending:
             raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
         if signum != signal.SIGTERM:  # SIGTERM came through Lightning's handler, which stops
             lightning(signal.SIGTERM, frame)  # Lightning stops after the current step
+
+
+@contextmanager
+def noted_only(ending: Ending | None) -> Iterator[None]:
+    """A block in which the run's first stop signal is noted, not raised: where the run's
+    ending is being worked out and recorded, an exception raised from a handler would cut the
+    record's write short (the record left ``running``). Read it after (``run_stop_signal``).
+    Torch's loader raises from SIGCHLD too, when a worker has died (a signal to the process
+    group ends them with the run): that handler is held off for the block."""
+    if ending is None:
+        yield
+        return
+    before, ending.raising = ending.raising, False
+    loader = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the default: nothing is raised
+    try:
+        yield
+    finally:
+        ending.raising = before
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL if loader is None else loader)
+
+
+def stop_signal_within(seconds: float) -> signal.Signals | None:
+    """The run's stop signal, waiting up to ``seconds`` for one to come (noted, not raised): a
+    signal to the process group may end a loader worker, and the pipe it leaves, a moment
+    before this process's own handler runs."""
+    deadline = time.monotonic() + seconds
+    with noted_only(_ending):
+        while run_stop_signal() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # a handler runs between two of Python's instructions
+    return run_stop_signal()
 
 
 _ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)

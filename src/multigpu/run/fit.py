@@ -34,6 +34,7 @@ from multigpu.callbacks.interrupts import (
     note_stop_signal,
     run_stop_signal,
     stop_signal,
+    stop_signal_within,
 )
 from multigpu.callbacks.lightning_compat import (
     resume_epoch_ends_as_new_epochs,
@@ -152,6 +153,9 @@ def start_from(
     return checkpoint
 
 
+# How long a closed loader pipe waits for the stop signal that may have closed it (sent to the
+# process group, it ends the worker first): a failure that is not a signal's waits this long.
+LOADER_SIGNAL_WAIT_S = 1.0
 # What a failed collective says, by backend: the peer closed its connections (it exited), or
 # did not answer within the timeout (it hangs or was stopped).
 COLLECTIVE_FAILURES = (
@@ -167,7 +171,11 @@ def signal_of_loader_workers(error: RuntimeError) -> signal.Signals | None:
     found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: ([^.]+)\.", str(error))
     stops = (signal.SIGINT, *stop_signals(os.environ))
     names = {signal.strsignal(signum): signum for signum in stops}  # what torch says: strsignal
-    return names.get(found[1]) if found else None
+    if found:
+        return names.get(found[1])
+    if re.search(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly", str(error)):
+        return stop_signal_within(LOADER_SIGNAL_WAIT_S)  # reaped before torch saw the signal
+    return None
 
 
 def is_collective_failure(error: RuntimeError) -> bool:
@@ -302,8 +310,8 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             peer = "a collective failed: another process of the run ended or stopped first"
         raise PeerFailed(f"{peer}; rank {rank} then stopped with {cause}") from err
     except (ConnectionError, EOFError) as err:  # a loader worker's pipe, closed by a signal
-        stopped = run_stop_signal()  # to the process group, which ended the worker first
-        if stopped is None:
+        stopped = stop_signal_within(LOADER_SIGNAL_WAIT_S)  # to the process group, which
+        if stopped is None:  # ended the worker first
             raise
         log.warning("after %s: %s: %s", stopped.name, type(err).__name__, summary_line(str(err)))
         raise Interrupted(f"interrupted by {stopped.name}", exit_code=128 + stopped) from None

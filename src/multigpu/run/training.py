@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 
 from omegaconf import DictConfig
 
-from multigpu.callbacks.interrupts import Ending, by_first_signal, one_ending
+from multigpu.callbacks.interrupts import Ending, by_first_signal, noted_only, one_ending
 from multigpu.config.computation import computation
 from multigpu.config.errors import (
     Interrupted,
@@ -242,7 +242,9 @@ def admitted_run(
             raise Interrupted(f"interrupted by {ending.first.name}", 128 + ending.first)
         admission = admission_of(cfg, output_dir)
     except BaseException as error:
-        raise_stopped(recorded_if_stopped(cfg, output_dir, None, error, False, ending), error)
+        with noted_only(ending):
+            stopped = recorded_if_stopped(cfg, output_dir, None, error, False, ending)
+        raise_stopped(stopped, error)
     if admission.finished is not None:
         if hydra_runtime(cfg)[1]:  # a sweep run again: the job is skipped
             log.info("%s", finished_notice(output_dir, admission.finished))
@@ -263,7 +265,8 @@ def admitted_run(
             _admitted.pop(canonical(output_dir), None)  # taken: train's handlers answer now
             record = claimed_record(cfg, output_dir, admission, started)
         except BaseException as error:
-            stopped = recorded_if_stopped(cfg, output_dir, admission, error, owned, ending)
+            with noted_only(ending):
+                stopped = recorded_if_stopped(cfg, output_dir, admission, error, owned, ending)
             raise_stopped(stopped, error)
         try:
             from multigpu.run.fit import (
@@ -273,11 +276,12 @@ def admitted_run(
             fit(cfg, admission, record, output_dir)
             check_trained(record)
         except BaseException as error:
-            checkpoints = admission.checkpoints
-            stopped = by_first_signal(error, ending.first if ending else None)
-            runs_dir = cfg.paths.runs_dir
-            ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path, runs_dir)
-            finish(record, ended)
+            with noted_only(ending):  # a signal now cannot cut the record's write short
+                checkpoints = admission.checkpoints
+                stopped = by_first_signal(error, ending.first if ending else None)
+                runs_dir = cfg.paths.runs_dir
+                ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path, runs_dir)
+                finish(record, ended)
             if ended is error:
                 raise
             raise ended from None
