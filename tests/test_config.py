@@ -128,7 +128,7 @@ def test_a_signal_while_a_constructor_runs_stays_an_interruption():
         ("DataLoader worker (pid 6873) is killed by signal: User defined signal 1. ", "SIGUSR1"),
         ("DataLoader worker (pid 6873) is killed by signal: Killed. ", None),
         ("Connection closed by peer", None),
-        ("DataLoader worker (pid(s) 12, 13) exited unexpectedly", None),  # no stop came: 1 s
+        ("DataLoader worker (pid(s) 12, 13) exited unexpectedly", None),  # no run: no stop
     ],
 )
 def test_loader_workers_ended_by_a_signal_mean_the_run_was_interrupted(text, name):

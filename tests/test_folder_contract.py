@@ -841,7 +841,7 @@ def test_a_closed_loader_pipe_waits_a_moment_for_the_signal_that_closed_it(sent)
         with interrupts.one_ending() as ending:
             ending.armed = True
             if sent is not None:
-                threading.Timer(0.2, os.kill, (os.getpid(), sent)).start()
+                threading.Timer(0.5, os.kill, (os.getpid(), sent)).start()
             started = time.monotonic()
             assert interrupts.stop_signal_within(0.6 if sent is None else 30) == sent
             waited = time.monotonic() - started

@@ -212,7 +212,7 @@ def test_values_hydras_sweeper_settings_take_are_not_refused():
 
 
 def test_the_command_line_check_says_the_value_hydras_node_refuses():
-    """train.py's check before Hydra (``typos.check_command_line``) answers it: exit 2, one
+    """train.py's check before Hydra (``command_line.check_command_line``) answers it: exit 2, one
     line, nothing written, before torch."""
     from multigpu.config.typos import find_typos
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config import typo_hydra
+from multigpu.config.launch import PARENT
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import dotted_keys
 from multigpu.config.typos import (
@@ -557,6 +558,7 @@ def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):
 
     monkeypatch.setattr(ConfigLoaderImpl, "load_configuration", counted)
     monkeypatch.setattr(typo_hydra, "COMPOSED", {})  # none composed before in this process
+    monkeypatch.setenv(PARENT, "0")  # the values' check marks this process (Machine.this)
     line = ["experiment=quickstart", "trainer.max_epochs=3", "model.optimizer.lr=0.05"]
     line += ["hydra.run.dir=outputs/run"]  # its default, ${run_name:}, resolves once Hydra runs
     monkeypatch.setattr(sys, "argv", ["train.py", *line])

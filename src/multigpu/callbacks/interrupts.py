@@ -214,18 +214,24 @@ def noted_only(ending: Ending | None) -> Iterator[None]:
         yield
         return
     before, ending.raising = ending.raising, False
-    loader = signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the default: nothing is raised
+    loader = signal.getsignal(signal.SIGCHLD)
+    held = callable(loader) and threading.current_thread() is threading.main_thread()
+    if held:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the default: nothing is raised
     try:
         yield
     finally:
         ending.raising = before
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL if loader is None else loader)
+        if held:
+            signal.signal(signal.SIGCHLD, loader)
 
 
 def stop_signal_within(seconds: float) -> signal.Signals | None:
     """The run's stop signal, waiting up to ``seconds`` for one to come (noted, not raised): a
     signal to the process group may end a loader worker, and the pipe it leaves, a moment
     before this process's own handler runs."""
+    if _ending is None or not _ending.armed:  # no handler of the run's notes one
+        return run_stop_signal()
     deadline = time.monotonic() + seconds
     with noted_only(_ending):
         while run_stop_signal() is None and time.monotonic() < deadline:

@@ -198,12 +198,17 @@ class Offer:
         from hydra import compose
 
         lines = [*(line for o in self.overrides if (line := self.composable(o))), *more]
-        key = (self.config_name, *lines, cwd(), *((s.provider, s.path) for s in self.sources))
+        key = (
+            self.config_name,
+            tuple(lines),
+            cwd(),
+            tuple((s.provider, s.path) for s in self.sources),
+        )
         if key not in COMPOSED:
             try:
                 COMPOSED[key] = compose(self.config_name, lines, return_hydra_config=True)
             except Exception:  # Hydra will say what is wrong with the choices themselves
-                COMPOSED[key] = None
+                return None
             if len(COMPOSED) > MAX_COMPOSED:
                 COMPOSED.pop(next(iter(COMPOSED)))  # the oldest
         return copy.deepcopy(COMPOSED[key])

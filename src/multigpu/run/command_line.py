@@ -1,6 +1,8 @@
-"""The command line, answered before Hydra runs the job and before torch loads: a misspelt name,
-an interpolation that cannot resolve, Hydra's own refusal, then (training) a bad value, each in
-one ``error:`` line, exit 2, nothing written.
+"""The command line, answered before Hydra runs the job and before torch loads (but for counting
+a GPU machine's GPUs): a misspelt name, an interpolation that cannot resolve, Hydra's own
+refusal, then (training) a bad value, each in one ``error:`` line, exit 2, nothing written.
+And the job's config as its run will see it (``with_output_dir``, ``as_hydra_sets_it``,
+``check_hydra_keys``), which the checks before the run (``multigpu.run.preflight``) share.
 
 The values are judged by the run's own check (``multigpu.config.settings.resolve_run``) on the
 config the typo check composed, with the command's values set on it as Hydra sets them: where
@@ -11,17 +13,21 @@ one and the job's imports; anything less plain is left to the job, which runs th
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
-from multigpu.config.errors import UserError, message
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+
+from multigpu.config.computation import flatten
+from multigpu.config.errors import UserError, closest, did_you_mean, message
 from multigpu.config.typo_hydra import UsageError, composing, conf_dir, cwd, parse_overrides
 from multigpu.config.typos import Composition, check_interpolations, find_typos, hydra_refusal
-
-OUTPUT_DIR = "paths.output_dir"  # ${hydra:runtime.output_dir}: known once Hydra runs the job
 
 
 def check_command_line(config_name: str, values: Callable[[Any], None] | None = None) -> None:
@@ -58,9 +64,12 @@ def value_refusal(
     if cfg is None:
         return None
     try:
-        values(cfg)
-    except UserError as refused:
-        return message(refused)
+        check_hydra_keys(cfg)  # as the job's check, in its order
+        with as_hydra_sets_it(cfg):  # ${hydra:runtime.cwd} in a config file resolves
+            values(cfg)
+    except UserError as refused:  # a value the job alone can resolve: the job says it
+        unresolved = "cannot be resolved" in str(refused) or refused.exit_code != 2
+        return None if unresolved else message(refused)
     except Exception:  # noqa: BLE001 - the job runs the same check, and says it there
         return None
     return None
@@ -68,9 +77,10 @@ def value_refusal(
 
 def job_config(argv: list[str], judged: Composition) -> Any | None:
     """The config Hydra will give the one job of ``argv``: ``judged``'s composition of its group
-    options, with its other overrides set as Hydra sets them (``paths.output_dir`` at the
-    current folder, since Hydra alone knows it). None where that is not sure to be it: a flag
-    (``-m``, ``--cfg``), a sweep, an append, a list, a map, an interpolation, a multirun."""
+    options, with its other overrides set as Hydra sets them (its output folder the current
+    one, since Hydra alone knows it: ``with_output_dir``). None where that is not sure to be
+    it: a flag (``-m``, ``--cfg``), a sweep, an append, a list, a map, an interpolation, a
+    multirun."""
     overrides = judged.overrides
     if any(arg.startswith("-") for arg in argv) or any(o.is_sweep_override() for o in overrides):
         return None
@@ -78,7 +88,6 @@ def job_config(argv: list[str], judged: Composition) -> Any | None:
         return None
     from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.types import RunMode
-    from omegaconf import OmegaConf, open_dict
 
     cfg = copy.deepcopy(judged.config)  # its group options already chosen
     settings = [o for o in overrides if not judged.is_group(o.key_or_group)]
@@ -96,10 +105,7 @@ def job_config(argv: list[str], judged: Composition) -> Any | None:
         )
     if cfg.hydra.mode == RunMode.MULTIRUN:  # hydra.mode=MULTIRUN: each job is checked
         return None
-    if OmegaConf.select(cfg, OUTPUT_DIR, throw_on_resolution_failure=False) is None:
-        with open_dict(cfg):
-            OmegaConf.update(cfg, OUTPUT_DIR, os.getcwd())  # nothing is written there
-    return cfg
+    return with_output_dir(cfg, Path(cwd() or "."))  # Hydra's alone: nothing is written there
 
 
 def composed_command(argv: list[str], config_name: str = "config") -> Any | None:
@@ -112,6 +118,57 @@ def composed_command(argv: list[str], config_name: str = "config") -> Any | None
     with composing(conf_dir()):
         judged = Composition(config_name, overrides)
         return job_config(argv, judged) if judged.config is not None else None
+
+
+def with_output_dir(config: DictConfig, folder: Path, number: int | None = None) -> DictConfig:
+    """The job's config as its run will see it: ``paths.output_dir`` and Hydra's
+    ``runtime.output_dir`` are the folder, which Hydra sets only once it creates it, and a
+    sweep's job has its ``number`` (``hydra.job.num``), which Hydra's launcher sets then."""
+    config = copy.deepcopy(config)
+    with open_dict(config):
+        OmegaConf.update(config, "paths.output_dir", str(folder), force_add=True)
+    if "hydra" in config:
+        with read_write(config.hydra), open_dict(config.hydra):
+            config.hydra.runtime.output_dir = os.path.abspath(folder)
+            if number is not None:
+                config.hydra.job.id, config.hydra.job.num = number, number
+    return config
+
+
+HYDRA_KEY = re.compile(r"\$\{hydra:([^}]+)\}")  # ${hydra:job.num}: a key of Hydra's config
+
+
+def check_hydra_keys(job: DictConfig) -> None:
+    """Every ``${hydra:key}`` in the job's values names a key Hydra's config has: Hydra's
+    resolver gives null for any other, and a misspelt one (``${hydra:job.nmu}``) had trained
+    with a null setting."""
+    known = flatten(OmegaConf.to_container(job.hydra, resolve=False))  # a ??? value is a key
+    nodes = {k.rsplit(".", n)[0] for k in known for n in range(1, k.count(".") + 1)}
+    for key, value in flatten(OmegaConf.to_container(job, resolve=False)).items():
+        if key.startswith(("hydra.overrides.", "hydra.job.override_dirname")):
+            continue  # the command's own text, said again: the value it sets names the key
+        for named in HYDRA_KEY.findall(str(value)):
+            if named not in known and named not in nodes:
+                meant = did_you_mean([f"hydra.{k}" for k in closest(named, known)])
+                raise UserError(
+                    f"{key}={value} names hydra.{named}, which Hydra's config does not have"
+                    + (meant or ": name a key it has, e.g. ${hydra:job.num}")
+                )
+
+
+@contextlib.contextmanager
+def as_hydra_sets_it(job: DictConfig) -> Iterator[None]:
+    """``${hydra:...}`` in the job's config resolves, for the block, as in its run: Hydra sets
+    its config for that only as the job starts."""
+    from hydra.core.hydra_config import HydraConfig
+
+    instance = HydraConfig.instance()
+    before = instance.cfg
+    instance.set_config(job)
+    try:
+        yield
+    finally:
+        instance.cfg = before
 
 
 def training_values(cfg: Any) -> None:

@@ -8,29 +8,22 @@ a sweep owns its sweep folder.
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
 import itertools
 import logging
-import os
-import re
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig, OmegaConf, open_dict, read_write
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.callbacks.interrupts import signals_held
-from multigpu.config.computation import flatten
 from multigpu.config.errors import (
     UserError,
     WriteFailed,
-    closest,
-    did_you_mean,
     message,
 )
 from multigpu.config.job_names import (
@@ -52,6 +45,7 @@ from multigpu.run.admission import (
     written_places,
 )
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.command_line import as_hydra_sets_it, check_hydra_keys, with_output_dir
 from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
 from multigpu.run.parts_check import check_run_objects
 from multigpu.run.training import remember
@@ -68,57 +62,6 @@ def refuse(text: str, exit_code: int) -> None:
     """One line, then exit: ``error: ...`` for a mistake, the notice alone for exit 0."""
     print(f"error: {text}" if exit_code else text, file=sys.stderr, flush=True)
     sys.exit(exit_code)
-
-
-def with_output_dir(config: DictConfig, folder: Path, number: int | None = None) -> DictConfig:
-    """The job's config as its run will see it: ``paths.output_dir`` and Hydra's
-    ``runtime.output_dir`` are the folder, which Hydra sets only once it creates it, and a
-    sweep's job has its ``number`` (``hydra.job.num``), which Hydra's launcher sets then."""
-    config = copy.deepcopy(config)
-    with open_dict(config):
-        OmegaConf.update(config, "paths.output_dir", str(folder), force_add=True)
-    if "hydra" in config:
-        with read_write(config.hydra), open_dict(config.hydra):
-            config.hydra.runtime.output_dir = os.path.abspath(folder)
-            if number is not None:
-                config.hydra.job.id, config.hydra.job.num = number, number
-    return config
-
-
-HYDRA_KEY = re.compile(r"\$\{hydra:([^}]+)\}")  # ${hydra:job.num}: a key of Hydra's config
-
-
-def check_hydra_keys(job: DictConfig) -> None:
-    """Every ``${hydra:key}`` in the job's values names a key Hydra's config has: Hydra's
-    resolver gives null for any other, and a misspelt one (``${hydra:job.nmu}``) had trained
-    with a null setting."""
-    known = flatten(OmegaConf.to_container(job.hydra, resolve=False))  # a ??? value is a key
-    nodes = {k.rsplit(".", n)[0] for k in known for n in range(1, k.count(".") + 1)}
-    for key, value in flatten(OmegaConf.to_container(job, resolve=False)).items():
-        if key.startswith(("hydra.overrides.", "hydra.job.override_dirname")):
-            continue  # the command's own text, said again: the value it sets names the key
-        for named in HYDRA_KEY.findall(str(value)):
-            if named not in known and named not in nodes:
-                meant = did_you_mean([f"hydra.{k}" for k in closest(named, known)])
-                raise UserError(
-                    f"{key}={value} names hydra.{named}, which Hydra's config does not have"
-                    + (meant or ": name a key it has, e.g. ${hydra:job.num}")
-                )
-
-
-@contextlib.contextmanager
-def as_hydra_sets_it(job: DictConfig) -> Iterator[None]:
-    """``${hydra:...}`` in the job's config resolves, for the block, as in its run: Hydra sets
-    its config for that only as the job starts."""
-    from hydra.core.hydra_config import HydraConfig
-
-    instance = HydraConfig.instance()
-    before = instance.cfg
-    instance.set_config(job)
-    try:
-        yield
-    finally:
-        instance.cfg = before
 
 
 def check_creatable_folder(folder: str, key: str) -> None:

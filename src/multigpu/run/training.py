@@ -285,7 +285,8 @@ def admitted_run(
             if ended is error:
                 raise
             raise ended from None
-        return record.finish(COMPLETED)
+        with noted_only(ending):  # a signal now finds the run completed
+            return record.finish(COMPLETED)
 
 
 def claimed_record(
