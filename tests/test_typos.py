@@ -35,6 +35,19 @@ from multigpu.run.command_line import check_command_line, training_values
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
+    "a_runtime_choice": (  # Hydra's page, exit 1; the value check had judged the fake choice
+        "config",
+        ["trainer.devices=2", "hydra.runtime.choices.strategy=dp"],
+        "hydra.runtime.choices.strategy=dp: Hydra sets hydra.runtime.* itself as the job starts; "
+        "choose the option by its group, strategy=dp",
+        [],
+    ),
+    "a_runtime_folder": (
+        "config",
+        ["hydra.runtime.cwd=/x"],
+        "hydra.runtime.cwd=/x: Hydra sets hydra.runtime.* itself as the job starts; drop it",
+        [],
+    ),
     "unreadable_key": (  # Hydra's grammar: its page, exit 1
         "config",
         ["trainer..x=1"],

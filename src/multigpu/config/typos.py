@@ -32,6 +32,7 @@ from multigpu.config.typo_hydra import (
 
 TRAINER = "trainer"  # the config node passed to Trainer(...)
 VALUE_OR_MAP = ("model.compile",)  # true or false, or a map of settings
+RUNTIME = "hydra.runtime."  # what Hydra records of the job as it starts
 PARAMS = "hydra.sweeper.params"  # a sweeper's search space: Hydra's grammar cannot add to it
 
 
@@ -181,6 +182,8 @@ class Composition(Offer):
         said = override.get_key_element()
         if name == PARAMS or name.startswith(f"{PARAMS}."):
             return self.check_params(override)
+        if name.startswith(RUNTIME):
+            return self.check_runtime(override)
         nested = name.startswith("hydra/") and name.count("/") > 1
         if name == "hydra" or nested and name not in self.listed:
             return None  # Hydra's whole node, or a group an option adds (a sweeper's sampler)
@@ -229,6 +232,15 @@ class Composition(Offer):
         if value is None and not name.startswith("hydra."):  # the project's nodes are untyped
             return name in self.keys
         return name in self.keys and not OmegaConf.is_config(held)
+
+    def check_runtime(self, override: Any) -> Typo:
+        """``hydra.runtime.*``: what Hydra records of the job as it starts (the options chosen,
+        the folders), never set by a command line; a chosen option is set by its group."""
+        said, group = override.input_line, override.key_or_group.removeprefix(f"{RUNTIME}choices.")
+        fix = "drop it"
+        if override.key_or_group.startswith(f"{RUNTIME}choices.") and self.is_group(group):
+            fix = f"choose the option by its group, {group}={as_override(override.value())}"
+        return Typo(f"{said}: Hydra sets hydra.runtime.* itself as the job starts; {fix}")
 
     def check_params(self, override: Any) -> Typo | None:
         """``hydra.sweeper.params``: Hydra 1.3's basic sweeper fails on it with a traceback;
