@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -101,6 +102,23 @@ def composed(overrides: list[str], output_dir: Path | None = None) -> DictConfig
     if output_dir is not None:
         cfg.paths.output_dir = str(output_dir)
     return cfg
+
+
+def composed_command(argv: list[str], config_name: str = "config") -> Any | None:
+    """The config the command line's check builds for ``argv`` (``command_line.job_config``),
+    its names unchecked: once per set of group options (``typo_hydra.COMPOSED``), as a tool
+    reading many commands' configs would."""
+    from multigpu.config.typo_hydra import UsageError, composing, conf_dir, parse_overrides
+    from multigpu.config.typos import Composition
+    from multigpu.run.command_line import job_config
+
+    try:
+        overrides = parse_overrides(argv)
+    except UsageError:
+        return None
+    with composing(conf_dir()):
+        judged = Composition(config_name, overrides)
+        return job_config(argv, judged) if judged.config is not None else None
 
 
 def resolve_on(cfg: DictConfig, cuda_devices: int = 0, cpu_cores: int = 2, **machine):

@@ -4,13 +4,13 @@ answer to a value is the job's."""
 
 from __future__ import annotations
 
-from conftest import TINY, compose_config, examples, resolve_on
+from conftest import TINY, compose_config, composed_command, examples, resolve_on
 from hypothesis import given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from multigpu.config.errors import UserError, as_override, message
-from multigpu.run.command_line import composed_command, refusal
+from multigpu.run.command_line import refusal
 
 
 def values_on(cpu_cores: int, cuda_devices: int = 0):

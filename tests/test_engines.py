@@ -266,6 +266,21 @@ def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
+def test_a_bad_value_under_torchrun_is_said_once(tmp_path):
+    """Every process torchrun starts checks the same command line: the node's first says the
+    mistake, torchrun stops the others (each had said it too); nothing is written."""
+    if shutil.which("torchrun") is None:
+        engine_missing("no torchrun (it comes with torch)")
+    bad = [*DDP, "model.optimizer.lr=-1"]
+    proc = torchrun(["--standalone", "--nproc_per_node=2"], bad, cwd=tmp_path)
+    out, _ = proc.communicate(timeout=120)
+    said = [line for line in out.splitlines() if line.startswith("error:")]
+    assert proc.returncode != 0 and said == [
+        "error: model.optimizer.lr=-1 must be a positive number, e.g. model.optimizer.lr=0.1"
+    ], out[-3000:]
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_torchrun_on_two_nodes_shares_a_fresh_data_folder(tmp_path):
     """Two torchrun agents on localhost, one process each: both nodes prepare the data in the

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import compose_config
+from conftest import compose_config, composed_command
 from gpu_commands import acceptance_commands, documented_commands, gpu_test_commands
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -22,7 +22,6 @@ from multigpu.config.errors import UserError, message
 from multigpu.config.settings import Machine, parse_devices
 from multigpu.run.admission import admit
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.command_line import composed_command
 
 MACHINES = (1, 2, 8)
 CORES = 16  # the CPU cores of a GPU machine
@@ -42,7 +41,7 @@ def jobs_of(arguments: list[str]) -> tuple[list[list[str]], bool]:
 
 def job_config(job: list[str], output_dir: Path | None = None):
     """A job's config as Hydra composes it: once per set of group options in this process
-    (``command_line.composed_command``), else composed whole."""
+    (``conftest.composed_command``), else composed whole."""
     cfg = composed_command(job)
     if cfg is None:
         return compose_config(job, output_dir)

@@ -24,7 +24,9 @@ from multigpu.config.launch import PARENT
 from multigpu.config.names import TRAINER_ARGUMENTS
 from multigpu.config.typo_hydra import dotted_keys
 from multigpu.config.typos import (
+    OUTPUT_DIR,
     PARAMS,
+    RUNTIME,
     Composition,
     composing,
     find_typos,
@@ -447,10 +449,18 @@ def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
 
 def settable(keys, hydra: bool) -> list[str]:
     """The keys an override can name, Hydra's own or the project's: none of the runtime's
-    ``hydra/env`` choices (a ``/`` makes a group) or the sweeper's params (their own check)."""
+    ``hydra/env`` choices (a ``/`` makes a group), the sweeper's params (their own check), or
+    what Hydra sets as the job starts (``set_by_hydra``)."""
     return sorted(
-        k for k in keys if k.startswith("hydra") == hydra and "/" not in k and PARAMS not in k
+        k
+        for k in keys
+        if k.startswith("hydra") == hydra and "/" not in k and PARAMS not in k
+        if not set_by_hydra(k)
     )
+
+
+def set_by_hydra(key: str) -> bool:
+    return key.startswith(RUNTIME) or key == OUTPUT_DIR
 
 
 CONFIGS = st.sampled_from(["config", "eval"])
@@ -551,6 +561,24 @@ def test_a_key_set_to_its_own_value_passes(data):
     )
     override = data.draw(st.sampled_from([f"{key}={override_value(value)}", f"~{key}"]))
     assert typos([*overrides, override], config) == []
+
+
+@examples(10)
+@given(st.data())
+def test_what_hydra_sets_as_the_job_starts_is_refused_in_one_line_whatever_the_override(data):
+    """Any key Hydra sets as the job starts (``hydra.runtime.*``, and the job's folder
+    ``paths.output_dir``, which is ``${hydra:runtime.output_dir}``), set, added, forced or
+    deleted, with any value: one line naming what sets it instead, nothing else said. Hydra
+    refused some with its page (exit 1); others trained in a folder Hydra never made."""
+    config = data.draw(CONFIGS)
+    keys = [k for k in composed_keys(config, ()) if set_by_hydra(k) and "/" not in k]
+    key = data.draw(st.sampled_from(sorted(keys)))
+    value = data.draw(st.sampled_from(["x", "/", "1", "null", "dp", "'a b'"]))
+    override = data.draw(st.sampled_from([f"{key}={value}", f"++{key}={value}", f"~{key}"]))
+    (typo,) = typos([override], config)
+    assert typo.message.startswith(f"{override}: ") and "\n" not in typo.message
+    fix = "choose it with hydra.run.dir=" if key == OUTPUT_DIR else "Hydra sets hydra.runtime.*"
+    assert fix in typo.message
 
 
 def test_a_valid_command_line_costs_one_composition(monkeypatch, capsys):

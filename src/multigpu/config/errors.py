@@ -29,6 +29,11 @@ class OccupiedFolder(UserError):
     """The run's folder holds the record of another job, which is left as it is."""
 
 
+class Unresolved(UserError):
+    """A value whose interpolation cannot be resolved here (``${oc.env:NAME}`` unset, a key the
+    config lacks): where the job alone can resolve it (``${hydra:...}``), the job says it."""
+
+
 class NothingToDo(UserError):
     """The run asked for is already done (a finished run in its folder, a checkpoint that holds
     every epoch): a notice, exit 0, and nothing written."""

@@ -25,7 +25,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from multigpu.config.errors import UserError, as_override
+from multigpu.config.errors import Unresolved, UserError, as_override
 from multigpu.config.names import (
     COSINE,
     DATA_PARALLEL,
@@ -438,7 +438,7 @@ def config_tree(cfg: DictConfig) -> dict[str, Any]:
         except OmegaConfBaseException as err:
             name = err.full_key or key
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise UserError(f"{name} cannot be resolved: {reason}") from None
+            raise Unresolved(f"{name} cannot be resolved: {reason}") from None
     return tree
 
 

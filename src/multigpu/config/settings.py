@@ -847,6 +847,13 @@ def check_schedule(model: Mapping[str, Any], trainer: Mapping[str, Any], lr: flo
     longer than the run never reaches its lr, a cosine shorter than the run rises again after
     ``T_max``, and one whose floor is above the lr raises it."""
     epochs = trainer.get("max_epochs")
+    ends = trainer.get("max_steps", -1) != -1 or trainer.get("max_time")
+    if epochs is None and not (ends or trainer.get("fast_dev_run")):
+        raise UserError(  # Lightning's default then: 1000 epochs, with a warning in the log
+            "trainer.max_epochs is null (or dropped) and nothing else ends the run: Lightning "
+            "would train 1000 epochs; set trainer.max_epochs=<epochs> (-1: until stopped), or "
+            "trainer.max_steps"
+        )
     epochs = epochs if is_count(epochs) and epochs >= 1 else None
     every = trainer.get("check_val_every_n_epoch")
     if epochs is not None and is_count(every) and epochs % every:

@@ -33,6 +33,7 @@ from multigpu.config.typo_hydra import (
 TRAINER = "trainer"  # the config node passed to Trainer(...)
 VALUE_OR_MAP = ("model.compile",)  # true or false, or a map of settings
 RUNTIME = "hydra.runtime."  # what Hydra records of the job as it starts
+OUTPUT_DIR = "paths.output_dir"  # the job's folder, ${hydra:runtime.output_dir}: Hydra makes it
 PARAMS = "hydra.sweeper.params"  # a sweeper's search space: Hydra's grammar cannot add to it
 
 
@@ -182,7 +183,7 @@ class Composition(Offer):
         said = override.get_key_element()
         if name == PARAMS or name.startswith(f"{PARAMS}."):
             return self.check_params(override)
-        if name.startswith(RUNTIME):
+        if name.startswith(RUNTIME) or name == OUTPUT_DIR:
             return self.check_runtime(override)
         nested = name.startswith("hydra/") and name.count("/") > 1
         if name == "hydra" or nested and name not in self.listed:
@@ -235,8 +236,14 @@ class Composition(Offer):
 
     def check_runtime(self, override: Any) -> Typo:
         """``hydra.runtime.*``: what Hydra records of the job as it starts (the options chosen,
-        the folders), never set by a command line; a chosen option is set by its group."""
+        the folders), never set by a command line; a chosen option is set by its group, and the
+        job's folder (``paths.output_dir``) by ``hydra.run.dir``, before Hydra makes it."""
         said, group = override.input_line, override.key_or_group.removeprefix(f"{RUNTIME}choices.")
+        if override.key_or_group == OUTPUT_DIR:
+            return Typo(
+                f"{said}: {OUTPUT_DIR} is the folder Hydra makes for the job; choose it with "
+                "hydra.run.dir=<folder> (a sweep's, hydra.sweep.dir=<folder>)"
+            )
         fix = "drop it"
         if override.key_or_group.startswith(f"{RUNTIME}choices.") and self.is_group(group):
             fix = f"choose the option by its group, {group}={as_override(override.value())}"

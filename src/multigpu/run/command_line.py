@@ -18,6 +18,7 @@ import copy
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,14 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from multigpu.config.computation import flatten
-from multigpu.config.errors import UserError, closest, did_you_mean, message
-from multigpu.config.typo_hydra import UsageError, composing, conf_dir, cwd, parse_overrides
+from multigpu.config.errors import Unresolved, UserError, closest, did_you_mean, message
+from multigpu.config.launch import LAUNCHERS
+from multigpu.config.typo_hydra import conf_dir, cwd
 from multigpu.config.typos import Composition, check_interpolations, find_typos, hydra_refusal
+
+# Under torchrun every process of a node checks the same command line: the first says the
+# mistake, and torchrun stops the others when it exits; they say it too if it has not by then.
+ECHO_WAIT_S = 5.0
 
 
 def check_command_line(config_name: str, values: Callable[[Any], None] | None = None) -> None:
@@ -37,6 +43,8 @@ def check_command_line(config_name: str, values: Callable[[Any], None] | None = 
     else:
         said = refusal(sys.argv[1:], config_name, values)
     if said:
+        if LAUNCHERS["torchrun"](os.environ) and os.environ.get("LOCAL_RANK", "0") != "0":
+            time.sleep(ECHO_WAIT_S)  # the node's first process says the same; torchrun stops us
         print(f"error: {said}", file=sys.stderr, flush=True)
         sys.exit(2)
 
@@ -67,9 +75,10 @@ def value_refusal(
         check_hydra_keys(cfg)  # as the job's check, in its order
         with as_hydra_sets_it(cfg):  # ${hydra:runtime.cwd} in a config file resolves
             values(cfg)
-    except UserError as refused:  # a value the job alone can resolve: the job says it
-        unresolved = "cannot be resolved" in str(refused) or refused.exit_code != 2
-        return None if unresolved else message(refused)
+    except Unresolved:  # a value the job alone may resolve: the job says it
+        return None
+    except UserError as refused:
+        return message(refused) if refused.exit_code == 2 else None
     except Exception:  # noqa: BLE001 - the job runs the same check, and says it there
         return None
     return None
@@ -89,7 +98,8 @@ def job_config(argv: list[str], judged: Composition) -> Any | None:
     from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
     from hydra.types import RunMode
 
-    cfg = copy.deepcopy(judged.config)  # its group options already chosen
+    # Its group options already chosen; the output folder is Hydra's alone: nothing is written.
+    cfg = with_output_dir(judged.config, Path(cwd() or "."))
     settings = [o for o in overrides if not judged.is_group(o.key_or_group)]
     try:
         ConfigLoaderImpl._apply_overrides_to_config(settings, cfg)  # as Hydra sets them
@@ -105,19 +115,7 @@ def job_config(argv: list[str], judged: Composition) -> Any | None:
         )
     if cfg.hydra.mode == RunMode.MULTIRUN:  # hydra.mode=MULTIRUN: each job is checked
         return None
-    return with_output_dir(cfg, Path(cwd() or "."))  # Hydra's alone: nothing is written there
-
-
-def composed_command(argv: list[str], config_name: str = "config") -> Any | None:
-    """``job_config`` of a command line alone (its names unchecked): what a tool that reads
-    many commands' configs composes once per set of group options (``typo_hydra.COMPOSED``)."""
-    try:
-        overrides = parse_overrides(argv)
-    except UsageError:
-        return None
-    with composing(conf_dir()):
-        judged = Composition(config_name, overrides)
-        return job_config(argv, judged) if judged.config is not None else None
+    return cfg
 
 
 def with_output_dir(config: DictConfig, folder: Path, number: int | None = None) -> DictConfig:

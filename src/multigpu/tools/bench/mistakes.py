@@ -75,6 +75,17 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         ["trainer.max_epochs=-5"],
         "trainer.max_epochs=-5 must be -1 (no limit) or more",
     ),
+    "max_epochs_dropped": (
+        ["~trainer.max_epochs"],
+        "trainer.max_epochs is null (or dropped) and nothing else ends the run: Lightning "
+        "would train 1000 epochs",
+    ),
+    "max_epochs_null": (["trainer.max_epochs=null"], "Lightning would train 1000 epochs"),
+    "output_dir_set": (
+        ["paths.output_dir=/"],
+        "paths.output_dir=/: paths.output_dir is the folder Hydra makes for the job; choose it "
+        "with hydra.run.dir=<folder>",
+    ),
     "fp16_on_the_cpu": (
         ["trainer.precision=16-mixed"],
         "trainer.precision=16-mixed is not supported on cpu (fp16 needs CUDA; on the CPU use "
