@@ -324,6 +324,27 @@ def test_a_sqlite_file_is_tried_on_a_copy(tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
 
 
+@pytest.mark.parametrize("mark", ["metrics.json", ".hydra", "multirun.yaml"])
+def test_a_sqlite_study_in_another_runs_folder_is_refused(mark, tmp_path, tmp_path_factory, capsys):
+    """A study's database is a file the sweep writes: inside another run's or sweep's folder
+    it would join that folder's files (it was accepted). Its own sweep's folder may hold it."""
+    other = tmp_path_factory.mktemp("others") / "run"
+    other.mkdir()
+    if mark == ".hydra":
+        (other / mark).mkdir()
+    else:
+        (other / mark).write_text("{}")
+    before = sorted(other.iterdir())
+    line = refused([f"hydra.sweeper.storage=sqlite:///{other}/study.db"], tmp_path, capsys)
+    assert line.startswith(f"error: {other} (hydra.sweeper.storage) is another ")
+    assert f"it holds that {'sweep' if mark == 'multirun.yaml' else 'run'}'s {mark}" in line
+    assert sorted(other.iterdir()) == before
+    from multigpu.run.optuna_check import study_places
+
+    own = study_places(f"sqlite:///{tmp_path / 'sweep'}/study.db")
+    assert own == {"hydra.sweeper.storage": tmp_path / "sweep"}  # check_places_apart skips it
+
+
 @pytest.mark.slow
 def test_a_refused_storage_writes_nothing_from_the_command_line(tmp_path):
     """The tester's case: a sqlite URL Optuna could not use left an empty sweep folder and a

@@ -29,6 +29,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from multigpu.config.errors import UserError, as_override, closest, did_you_mean, summary_line
 from multigpu.config.job_names import task_overrides
 from multigpu.run.objective import DIRECTION, OBJECTIVE
+from multigpu.storage.paths import canonical
 
 HYDRA_OPTUNA = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 OPTUNA_TRIALS = "hydra_plugins.multigpu_sweeper.optuna_trials.OptunaTrials"
@@ -118,6 +119,22 @@ def check_study(config: DictConfig) -> None:
     space, _ = search_space(sweeper, settings, task_overrides(config.hydra))
     held = functools.partial(check_held_study, settings.storage, settings.study_name, space)
     check_storage(settings.storage, held)
+
+
+def study_places(storage: Any) -> dict[str, Path]:
+    """The folder a SQLite study's database is written in (none for a study in memory or on a
+    server), for the rule that no run writes in another run's folder."""
+    from sqlalchemy.engine.url import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(str(storage)) if storage is not None else None
+    except ArgumentError:  # check_storage says it
+        return {}
+    database = url.database if url is not None and url.get_backend_name() == "sqlite" else None
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return {}
+    return {"hydra.sweeper.storage": canonical(Path(database).expanduser()).parent}
 
 
 def check_not_grid(sampler: DictConfig) -> None:

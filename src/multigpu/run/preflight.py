@@ -39,6 +39,7 @@ from multigpu.run.admission import (
     SHARED_PLACES,
     admit,
     check_hydra_folder,
+    check_places_apart,
     check_unchanged,
     finished_notice,
     written_folders,
@@ -46,7 +47,7 @@ from multigpu.run.admission import (
 )
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.command_line import as_hydra_sets_it, check_hydra_keys, with_output_dir
-from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs
+from multigpu.run.optuna_check import check_study, is_optuna, optuna_probe_jobs, study_places
 from multigpu.run.parts_check import check_run_objects
 from multigpu.run.training import remember
 from multigpu.storage.atomic import check_creatable
@@ -159,6 +160,7 @@ def check_sweep(config: DictConfig) -> None:
     refuse_jobs(problems, len(jobs), what)
     if is_optuna(config):  # imports Optuna: the sampler, search space and storage it makes
         try:
+            check_places_apart(study_places(config.hydra.sweeper.storage), sweep_dir)
             check_study(config)
         except UserError as err:
             refuse(message(err), err.exit_code)
