@@ -339,10 +339,21 @@ def test_a_sqlite_study_in_another_runs_folder_is_refused(mark, tmp_path, tmp_pa
     assert line.startswith(f"error: {other} (hydra.sweeper.storage) is another ")
     assert f"it holds that {'sweep' if mark == 'multirun.yaml' else 'run'}'s {mark}" in line
     assert sorted(other.iterdir()) == before
+
+
+def test_a_sqlite_study_in_its_own_sweeps_folder_is_taken(tmp_path):
+    """The sweep's own folder may hold its study, when it is run again in that folder."""
+    from multigpu.run.admission import check_places_apart
     from multigpu.run.optuna_check import study_places
 
-    own = study_places(f"sqlite:///{tmp_path / 'sweep'}/study.db")
-    assert own == {"hydra.sweeper.storage": tmp_path / "sweep"}  # check_places_apart skips it
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "multirun.yaml").write_text("{}")
+    own = study_places(f"sqlite:///{sweep}/study.db")
+    assert own == {"hydra.sweeper.storage": sweep}
+    check_places_apart(own, sweep)
+    with pytest.raises(UserError, match="is another sweep's folder"):
+        check_places_apart(own, tmp_path / "another")
 
 
 @pytest.mark.slow

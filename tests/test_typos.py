@@ -574,7 +574,9 @@ def test_what_hydra_sets_as_the_job_starts_is_refused_in_one_line_whatever_the_o
     keys = [k for k in composed_keys(config, ()) if set_by_hydra(k) and "/" not in k]
     key = data.draw(st.sampled_from(sorted(keys)))
     value = data.draw(st.sampled_from(["x", "/", "1", "null", "dp", "'a b'"]))
-    override = data.draw(st.sampled_from([f"{key}={value}", f"++{key}={value}", f"~{key}"]))
+    node, _, name = key.rpartition(".")
+    forms = [f"{key}={value}", f"++{key}={value}", f"~{key}", f"{node}={{{name}: {value}}}"]
+    override = data.draw(st.sampled_from(forms))
     (typo,) = typos([override], config)
     assert typo.message.startswith(f"{override}: ") and "\n" not in typo.message
     fix = "choose it with hydra.run.dir=" if key == OUTPUT_DIR else "Hydra sets hydra.runtime.*"

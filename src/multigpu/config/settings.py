@@ -851,8 +851,8 @@ def check_schedule(model: Mapping[str, Any], trainer: Mapping[str, Any], lr: flo
     if epochs is None and not (ends or trainer.get("fast_dev_run")):
         raise UserError(  # Lightning's default then: 1000 epochs, with a warning in the log
             "trainer.max_epochs is null (or dropped) and nothing else ends the run: Lightning "
-            "would train 1000 epochs; set trainer.max_epochs=<epochs> (-1: until stopped), or "
-            "trainer.max_steps"
+            "would train 1000 epochs; set trainer.max_epochs=<epochs> (-1: until stopped), "
+            "+trainer.max_steps=<steps> or +trainer.max_time=DD:HH:MM:SS"
         )
     epochs = epochs if is_count(epochs) and epochs >= 1 else None
     every = trainer.get("check_val_every_n_epoch")

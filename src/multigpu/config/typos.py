@@ -11,11 +11,14 @@ imported to read it). Syntax and ``+key`` for other nodes are left to Hydra.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from omegaconf import OmegaConf
 
 from multigpu.config.errors import as_override, closest, did_you_mean, summary_line
 from multigpu.config.names import TRAINER_ARGUMENTS
@@ -168,6 +171,16 @@ def interpolates(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
+def set_names(override: Any) -> list[str]:
+    """The keys an override sets: its own, and those of the map it gives."""
+    name, value = override.key_or_group, None if override.is_delete() else override.value()
+    return [name, *(f"{name}.{key}" for key in value)] if isinstance(value, dict) else [name]
+
+
+def is_runtime(override: Any) -> bool:
+    return any(f"{name}.".startswith(RUNTIME) for name in set_names(override))
+
+
 class Composition(Offer):
     """The command line judged against what Hydra offers it (``Offer``): each override's typo.
     Used within ``composing``."""
@@ -183,7 +196,7 @@ class Composition(Offer):
         said = override.get_key_element()
         if name == PARAMS or name.startswith(f"{PARAMS}."):
             return self.check_params(override)
-        if name.startswith(RUNTIME) or name == OUTPUT_DIR:
+        if self.sets_what_hydra_sets(override):
             return self.check_runtime(override)
         nested = name.startswith("hydra/") and name.count("/") > 1
         if name == "hydra" or nested and name not in self.listed:
@@ -234,12 +247,27 @@ class Composition(Offer):
             return name in self.keys
         return name in self.keys and not OmegaConf.is_config(held)
 
+    def sets_what_hydra_sets(self, override: Any) -> bool:
+        """Whether ``override`` sets (by its key, or a key of its map) what Hydra sets as the
+        job starts: ``hydra.runtime.*``, and the job's folder where the config takes it from
+        Hydra (``paths.output_dir: ${hydra:runtime.output_dir}``; eval.py's is its own)."""
+        names = set_names(override)
+        return is_runtime(override) or OUTPUT_DIR in names and self.output_dir_is_hydras
+
+    @functools.cached_property
+    def output_dir_is_hydras(self) -> bool:
+        paths = self.config.get("paths") if self.config is not None else None
+        if not OmegaConf.is_config(paths) or "output_dir" not in paths:
+            return False
+        raw = paths._get_node("output_dir")._value()  # noqa: SLF001 - the text before resolution
+        return isinstance(raw, str) and "${hydra:runtime.output_dir}" in raw
+
     def check_runtime(self, override: Any) -> Typo:
         """``hydra.runtime.*``: what Hydra records of the job as it starts (the options chosen,
         the folders), never set by a command line; a chosen option is set by its group, and the
         job's folder (``paths.output_dir``) by ``hydra.run.dir``, before Hydra makes it."""
         said, group = override.input_line, override.key_or_group.removeprefix(f"{RUNTIME}choices.")
-        if override.key_or_group == OUTPUT_DIR:
+        if not is_runtime(override):
             return Typo(
                 f"{said}: {OUTPUT_DIR} is the folder Hydra makes for the job; choose it with "
                 "hydra.run.dir=<folder> (a sweep's, hydra.sweep.dir=<folder>)"

@@ -134,7 +134,7 @@ def study_places(storage: Any) -> dict[str, Path]:
     database = url.database if url is not None and url.get_backend_name() == "sqlite" else None
     if not database or database == ":memory:" or database.startswith("file:"):
         return {}
-    return {"hydra.sweeper.storage": canonical(Path(database).expanduser()).parent}
+    return {"hydra.sweeper.storage": canonical(Path(database)).parent}  # sqlite expands no ~
 
 
 def check_not_grid(sampler: DictConfig) -> None:
@@ -245,7 +245,7 @@ def check_sqlite_file(storage: Any, database: str | None, held: HeldCheck | None
 
     if not database or database == ":memory:" or database.startswith("file:"):
         return
-    path = Path(database).expanduser()
+    path = Path(database)  # as SQLite opens it: a ~ is a folder so named
     if not path.exists():
         folder = path.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
