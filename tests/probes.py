@@ -138,7 +138,9 @@ class SignalWhenBuilt(Callback):
     claimed its record, while it is set up, before Lightning trains."""
 
     def __init__(self, signum: str):
-        os.kill(os.getpid(), signal.Signals[signum])
+        from multigpu.config.launch import Signal
+
+        os.kill(os.getpid(), Signal[signum])
 
 
 class HoldRank(Callback):

@@ -9,6 +9,7 @@ multirun.yaml)."""
 
 from __future__ import annotations
 
+import ast
 import atexit
 import json
 import os
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from test_integrity import SYNTHETIC, snapshot, spelling_place, spellings, spelt, tiny_run
 
 from multigpu.config.errors import Interrupted, OccupiedFolder, UserError
+from multigpu.config.launch import Signal
 from multigpu.config.settings import Machine
 from multigpu.run.admission import (
     CHECKPOINT_FOLDER,
@@ -89,6 +91,7 @@ STOPS_IN_SET_UP["setup"].append("+callbacks.stop.step=-1")
     [
         ("SIGUSR1", "build", False),
         ("SIGXCPU", "build", False),  # ulimit -t: a CPU-time limit reached
+        ("SIGRTMIN+3", "build", False),  # a real-time one, which Python's signal.Signals lacks
         pytest.param("SIGALRM", "build", False, marks=pytest.mark.slow),
         pytest.param("SIGTERM", "setup", False, marks=pytest.mark.slow),  # the default suite's time
         ("SIGTERM", "setup", True),
@@ -109,7 +112,7 @@ def test_a_stop_while_the_run_is_set_up_says_how_to_go_on(tmp_path, signum, at, 
     last = folder / "checkpoints" / "last.ckpt"
     stop = [*STOPS_IN_SET_UP[at], f"+callbacks.stop.signum={signum}"]
     into = tmp_path / "new" if resumed else folder
-    number = signal.Signals[signum]
+    number = Signal[signum]
     stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, number)  # restored
     handlers = {each: signal.getsignal(each) for each in stops}
     overrides = [*SYNTHETIC, "trainer.max_epochs=2", *stop]
@@ -912,8 +915,27 @@ def test_a_signal_the_process_was_started_ignoring_stays_ignored():
         return started.stdout.strip()
 
     every = ["SIGALRM", "SIGHUP", "SIGQUIT", "SIGTERM", "SIGUSR1", "SIGUSR2", "SIGXCPU"]
-    assert stops(ignored=False) == str(every)
-    assert stops(ignored=True) == str([name for name in every if name != "SIGHUP"])
+    every += ["SIGIO", "SIGPROF", "SIGPWR", "SIGSTKFLT", "SIGVTALRM", "SIGRTMIN", "SIGRTMAX"]
+    every += [f"SIGRTMIN+{n}" for n in range(1, signal.SIGRTMAX - signal.SIGRTMIN)]
+    assert stops(ignored=False) == str(sorted(every))
+    assert stops(ignored=True) == str(sorted(name for name in every if name != "SIGHUP"))
+
+
+def test_a_signal_another_handler_holds_at_start_stays_its_own():
+    """A profiler that set its SIGPROF handler before the run (a sampling profiler starting
+    the script) keeps it: only a signal left at its default, which would end the process
+    unrecorded, is the run's to stop for."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import signal; signal.signal(signal.SIGPROF, lambda *a: None); "
+        "from multigpu.config.launch import stop_signals; "
+        "print(sorted(s.name for s in stop_signals({})))"
+    )
+    started = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    names = ast.literal_eval(started.stdout)
+    assert "SIGPROF" not in names and {"SIGVTALRM", "SIGIO", "SIGRTMIN+3"} <= set(names)
 
 
 def test_a_folder_another_run_wrote_in_after_admission_is_not_taken(tmp_path):

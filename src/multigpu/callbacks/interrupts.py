@@ -9,7 +9,8 @@ the run has completed and its last checkpoint is written, so a signal during wha
 (drawing the test figures) skips that work, says so, and leaves the run completed.
 
 SIGHUP, which a closed terminal sends the jobs it started, SIGQUIT, a CPU-time limit's SIGXCPU,
-SIGALRM, and SIGUSR1/2 outside SLURM (``multigpu.config.launch.stop_signals``) are stops like
+SIGALRM, SIGUSR1/2 outside SLURM and every other signal whose default ends a process
+(``multigpu.config.launch.stop_signals``) are stops like
 SIGTERM (their default would end the process unrecorded): before and after training the same
 way; while Lightning trains, handed to Lightning's SIGTERM handling, so that the run stops after its
 current step, and named by ``stop_signal``.
@@ -38,7 +39,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from multigpu.config.errors import Interrupted
-from multigpu.config.launch import stop_signals
+from multigpu.config.launch import Signal, stop_signals
 from multigpu.storage.outcome import outcome_of
 
 
@@ -55,7 +56,7 @@ def after_training_notice(signal_name: str, skipped: str | None) -> str:
     )
 
 
-def stop_signal(default: signal.Signals) -> signal.Signals:
+def stop_signal(default: Signal) -> Signal:
     """The signal that Lightning's SIGTERM handling stopped for: the run's first stop signal
     (a SIGHUP or SIGUSR1/2 handed to it by ``Ending``), or ``default`` (SIGTERM)."""
     return run_stop_signal() or default
@@ -86,7 +87,7 @@ def skipped_on_signal(what: str) -> Iterator[None]:
 
     def skip(signum: int, frame: object) -> None:
         note_stop_signal(signum)  # the run's ending: a sweep stops after this job
-        came.append(signal.Signals(signum).name)
+        came.append(Signal(signum).name)
         raise _Skip(came[0])
 
     def unraisable(unraisable: Any) -> None:
@@ -118,7 +119,7 @@ def ended_until_exit() -> None:
         ignore_stop_signals()
 
 
-def ignore_stop_signals(signums: tuple[signal.Signals, ...] | None = None) -> None:
+def ignore_stop_signals(signums: tuple[Signal, ...] | None = None) -> None:
     """The OS ignores Ctrl-C and the stop signals (``signums``) from now on: the process's
     ending is decided, and a later signal would only change its exit status."""
     for signum in signums or (signal.SIGINT, *stop_signals(os.environ)):
@@ -162,8 +163,8 @@ class Ending:
     outside ``train``'s run (``armed`` false) it does what the handler before it did. While
     the run's ending is being recorded (``noted_only``) the first is noted, not raised."""
 
-    def __init__(self, signums: tuple[signal.Signals, ...]):
-        self.first: signal.Signals | None = None
+    def __init__(self, signums: tuple[Signal, ...]):
+        self.first: Signal | None = None
         self.armed = False  # between the run's start and its end: stop it
         self.raising = True  # false while the run's ending is recorded (``noted_only``)
         self.signums = signums
@@ -174,10 +175,10 @@ class Ending:
         for signum in self.signums:
             signal.signal(signum, self.handler)
 
-    def note(self, signum: int) -> signal.Signals:
+    def note(self, signum: int) -> Signal:
         """The run's stop signal: ``signum`` if it is the first."""
         if self.first is None:
-            self.first = signal.Signals(signum)
+            self.first = Signal(signum)
         return self.first
 
     def handle(self, signum: int, frame: Any) -> None:
@@ -198,7 +199,7 @@ class Ending:
             raise KeyboardInterrupt
         lightning = signal.getsignal(signal.SIGTERM)
         if lightning is self.handler or not callable(lightning):  # Lightning is not training
-            raise Interrupted(f"interrupted by {signal.Signals(signum).name}", 128 + signum)
+            raise Interrupted(f"interrupted by {Signal(signum).name}", 128 + signum)
         if signum != signal.SIGTERM:  # SIGTERM came through Lightning's handler, which stops
             lightning(signal.SIGTERM, frame)  # Lightning stops after the current step
 
@@ -226,7 +227,7 @@ def noted_only(ending: Ending | None) -> Iterator[None]:
             signal.signal(signal.SIGCHLD, loader)
 
 
-def stop_signal_within(seconds: float) -> signal.Signals | None:
+def stop_signal_within(seconds: float) -> Signal | None:
     """The run's stop signal, waiting up to ``seconds`` for one to come (noted, not raised): a
     signal to the process group may end a loader worker, and the pipe it leaves, a moment
     before this process's own handler runs."""
@@ -240,7 +241,7 @@ def stop_signal_within(seconds: float) -> signal.Signals | None:
 
 
 _ending: Ending | None = None  # the run's, while train runs (and after it, once stopped)
-_deferred: list[signal.Signals] = []  # a stop signal kept for the run being set up
+_deferred: list[Signal] = []  # a stop signal kept for the run being set up
 
 
 # How long a stop signal may wait for its Python handler before the blocked wait is answered
@@ -249,7 +250,7 @@ BLOCKED_GRACE_S = 1.0
 
 
 @contextmanager
-def answered_while_blocked(answer: Callable[[signal.Signals], Any]) -> Iterator[None]:
+def answered_while_blocked(answer: Callable[[Signal], Any]) -> Iterator[None]:
     """Run the block, whose main thread may wait inside C (a rendezvous) where no Python
     handler runs; a stop signal whose handler has not run within ``BLOCKED_GRACE_S`` is
     ``answer``ed from a thread (which must end the process). Python's own C handler writes each
@@ -274,7 +275,7 @@ def answered_while_blocked(answer: Callable[[signal.Signals], Any]) -> Iterator[
                     os.write(previous, numbers)
             came = [n for n in numbers if n in stops]
             if came and not done.wait(BLOCKED_GRACE_S):  # still inside the block: blocked
-                answer(signal.Signals(run_stop_signal() or came[0]))
+                answer(Signal(run_stop_signal() or came[0]))
 
     watcher = threading.Thread(target=watch, name="stop-while-blocked", daemon=True)
     try:
@@ -296,26 +297,26 @@ def defer_stop(signum: int) -> None:
     signal, so that the run records itself ``interrupted``, with its settings, as it starts.
     Only the first is kept."""
     if not _deferred:
-        _deferred.append(signal.Signals(signum))
+        _deferred.append(Signal(signum))
 
 
-def deferred_stop() -> signal.Signals | None:
+def deferred_stop() -> Signal | None:
     """The stop signal kept for the run being set up, if one came."""
     return _deferred[0] if _deferred else None
 
 
-def run_stop_signal() -> signal.Signals | None:
+def run_stop_signal() -> Signal | None:
     """The signal the run stops for (the first), if one came."""
     return _ending.first if _ending is not None else None
 
 
-def note_stop_signal(signum: int) -> signal.Signals:
+def note_stop_signal(signum: int) -> Signal:
     """Note a stop signal found another way (the data loader's workers ended by one); returns
     the run's (the first)."""
-    return _ending.note(signum) if _ending is not None else signal.Signals(signum)
+    return _ending.note(signum) if _ending is not None else Signal(signum)
 
 
-def by_first_signal(error: BaseException, first: signal.Signals | None) -> BaseException:
+def by_first_signal(error: BaseException, first: Signal | None) -> BaseException:
     """The exception a block stopped by a signal ends with: ``first``'s (the first stop signal
     to come). The signal's ``Interrupted`` can change on its way out: OmegaConf re-raises an
     exception raised inside it (a signal while Hydra instantiates a part) as a new one of its
@@ -334,7 +335,7 @@ def by_first_signal(error: BaseException, first: signal.Signals | None) -> BaseE
     return Interrupted(f"interrupted by {first.name}", 128 + first)
 
 
-def ignored_until_exit(signums: tuple[signal.Signals, ...], ending: Ending | None = None) -> None:
+def ignored_until_exit(signums: tuple[Signal, ...], ending: Ending | None = None) -> None:
     """At exit, after the run (or ``ending``'s block) stopped for a signal: Python puts the
     default action back for a signal it handles while it finalizes, so a later one would still
     end the process by it (SIGTERM: status -15, the record saying SIGINT); the OS ignores them

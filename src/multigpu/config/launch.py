@@ -5,6 +5,7 @@ and the run folder's name that every process of the run derives alike. Torch-fre
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import re
@@ -263,29 +264,42 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
         )
 
 
-# Signals this process was started ignoring (``nohup`` ignores SIGHUP, to outlive the terminal):
-# they stay ignored, as whoever started it asked. Read when the package's checks load, before any
-# handler of the run's is set.
+# Every signal, by the name ``kill -l`` gives it: Python's ``signal.Signals`` names no real-time
+# signal between SIGRTMIN and SIGRTMAX, and a run must say which one stopped it.
+Signal = enum.IntEnum(
+    "Signal",
+    {s.name: int(s) for s in signal.Signals}
+    | {f"SIGRTMIN+{n}": signal.SIGRTMIN + n for n in range(1, signal.SIGRTMAX - signal.SIGRTMIN)},
+)
 # A soft CPU-time limit (ulimit -S -t: SIGXCPU; the hard one kills) and an alarm (SIGALRM) end a
-# process by default too.
-# Python ignores SIGXFSZ (a write past ulimit -f fails instead: a failed write, recorded);
-# SIGPROF and SIGVTALRM are left to the profilers that use them.
+# process by default too. Python ignores SIGPIPE and SIGXFSZ (a write past ulimit -f fails
+# instead: a failed write, recorded).
 LIMITS = (signal.SIGXCPU, signal.SIGALRM)
 STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, signal.SIGUSR1, signal.SIGUSR2)
+# The other signals whose default ends a process without a word (``man 7 signal``): SIGIO,
+# SIGPROF, SIGVTALRM, SIGPWR, SIGSTKFLT and the real-time ones.
+QUIET_ENDS = tuple(Signal[name] for name in ("SIGIO", "SIGPROF", "SIGVTALRM", "SIGPWR"))
+QUIET_ENDS += tuple(s for s in Signal if s.name.startswith(("SIGSTKFLT", "SIGRTM")))
+# What whoever started this process set stays theirs: a signal it was started ignoring (``nohup``
+# ignores SIGHUP, to outlive the terminal) stays ignored, and of the quiet ones only those left
+# at their default are stops (a profiler's SIGPROF stays the profiler's). Read when the package's
+# checks load, before any handler of the run's is set.
 IGNORED_AT_START = frozenset(s for s in STOPS if signal.getsignal(s) == signal.SIG_IGN)
+QUIET_AT_START = tuple(s for s in QUIET_ENDS if signal.getsignal(s) == signal.SIG_DFL)
 
 
-def stop_signals(environ: Mapping[str, str]) -> tuple[signal.Signals, ...]:
+def stop_signals(environ: Mapping[str, str]) -> tuple[Signal, ...]:
     """The signals besides Ctrl-C that end a run, which must then end ``interrupted`` with its
     checkpoint, as SIGTERM does: a job's end (SIGTERM), a closed terminal (SIGHUP), SIGQUIT
     (Ctrl-\\ on a terminal), a limit reached (``LIMITS``), and SIGUSR1 and SIGUSR2 (``kill
     -USR1``: by default they end a process without a word). Under SLURM these two are the
     warning before a time limit, which ``requeue_on_warning`` (or submitit's own handler)
     answers: there they stay theirs. One the process was started ignoring
-    (``IGNORED_AT_START``) is left ignored."""
+    (``IGNORED_AT_START``) is left ignored. Then every other signal that would end the process
+    unrecorded, where nothing else handles it (``QUIET_AT_START``)."""
     users = () if slurm_started(environ) else (signal.SIGUSR1, signal.SIGUSR2)
     ends = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, *users)
-    return tuple(s for s in ends if s not in IGNORED_AT_START)
+    return tuple(Signal(s) for s in ends if s not in IGNORED_AT_START) + QUIET_AT_START
 
 
 def requeue_on_warning(environ: Mapping[str, str]) -> None:

@@ -51,7 +51,7 @@ from multigpu.config.errors import (
     add_note,
     summary_line,
 )
-from multigpu.config.launch import requeue_on_warning, slurm_started, stop_signals
+from multigpu.config.launch import Signal, requeue_on_warning, slurm_started, stop_signals
 from multigpu.config.schema import Top, default_of
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
@@ -164,7 +164,7 @@ COLLECTIVE_FAILURES = (
 )  # fmt: skip
 
 
-def signal_of_loader_workers(error: RuntimeError) -> signal.Signals | None:
+def signal_of_loader_workers(error: RuntimeError) -> Signal | None:
     """The signal that ended the data loader's workers, when that is the error: a stop signal
     (Ctrl-C's, or one of ``stop_signals``) sent to the whole process group reaches them too, and
     their death is reported before this process's own handler stops the run."""

@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from multigpu.callbacks.interrupts import defer_stop, deferred_stop, ignore_stop_signals
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError, message
 from multigpu.config.job_names import share_swept_keys
-from multigpu.config.launch import stop_signals
+from multigpu.config.launch import Signal, stop_signals
 from multigpu.run.admission import SWEEP_RECORD, check_same_sweep
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
@@ -149,7 +149,7 @@ def between_jobs(signum: int, frame: Any) -> None:
         defer_stop(signum)
         return
     ignore_stop_signals()  # the first signal is the sweep's ending
-    name = signal.Signals(signum).name
+    name = Signal(signum).name
     said = f"error: interrupted by {name} between the sweep's jobs: the sweep stops; its command "
     said += "run again runs the jobs left\n"
     os.write(2, said.encode())  # not print: the signal may have come inside a write to stderr

@@ -34,7 +34,7 @@ from multigpu.config.errors import (
     add_note,
     message,
 )
-from multigpu.config.launch import stop_signals
+from multigpu.config.launch import Signal, stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
@@ -90,13 +90,13 @@ def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
         signal.raise_signal(signum)
         return
     admission = _admitted[canonical(output_dir)]
-    outcome = not_started(signal.Signals(signum), multirun=False)
+    outcome = not_started(Signal(signum), multirun=False)
     record_unstarted(output_dir, admission.run.record(), admission.settings, outcome, owned=True)
     os.write(2, f"error: {outcome.reason}\n".encode())  # not print: it may be inside one
     os._exit(outcome.exit_code)  # Hydra's job set-up is not ours to unwind
 
 
-def not_started(signum: signal.Signals, multirun: bool) -> Outcome:
+def not_started(signum: Signal, multirun: bool) -> Outcome:
     """How a run that a stop signal ended before its training started ended: its command run
     again starts it (a sweep's runs the jobs left, this one among them)."""
     again = (
@@ -343,14 +343,14 @@ def recorded_if_stopped(
     return Interrupted(ended.reason or "", ended.exit_code)
 
 
-def stop_of(error: BaseException, ending: Ending | None) -> signal.Signals | None:
+def stop_of(error: BaseException, ending: Ending | None) -> Signal | None:
     """The stop signal that ended the run: the first that came, or the one ``error`` says."""
     if ending is not None and ending.first is not None:
         return ending.first
     outcome = outcome_of(error)
     if outcome.status != "interrupted":
         return None
-    return signal.Signals(outcome.exit_code - 128)
+    return Signal(outcome.exit_code - 128)
 
 
 def resolved_settings(cfg: DictConfig) -> tuple[dict[str, Any], dict[str, Any] | None]:

@@ -29,7 +29,7 @@ from multigpu.callbacks.lightning_compat import (
     get_sigkill_signal,
     launch_children,
 )
-from multigpu.config.launch import stop_signals
+from multigpu.config.launch import Signal, stop_signals
 from multigpu.storage.outcome import Outcome
 from multigpu.strategies.peer_watch import PeerWatch
 
@@ -60,7 +60,7 @@ class WatchedScriptLauncher(SubprocessScriptLauncher):
         self.watch.start()
 
     @override
-    def kill(self, signum: signal.Signals | int) -> None:
+    def kill(self, signum: Signal | int) -> None:
         """Signal the started processes; for the kill that ends the run, stand the watch down
         first (these exits are ours). A stop signal Lightning passes on leaves the watch up:
         rank 0 may then wait on the stopped processes in a collective, and the watch ends the
@@ -80,7 +80,7 @@ class BoundedDDPStrategy(DDPStrategy):
         self.timeout_s = timeout_s
         self.record_failure: Callable[[Outcome], Any] | None = None  # if rank 0 is stuck
         self.peer_failure: str | None = None  # the started process that failed first
-        self.peer_signal: signal.Signals | None = None  # the stop signal that ended it, if any
+        self.peer_signal: Signal | None = None  # the stop signal that ended it, if any
         self.resume_hint = ""  # how to go on, said by ``stopped_while_meeting``
 
     @override
@@ -128,7 +128,7 @@ class BoundedDDPStrategy(DDPStrategy):
             )
         super().setup_distributed()
 
-    def stopped_while_meeting(self, signum: signal.Signals) -> NoReturn:
+    def stopped_while_meeting(self, signum: Signal) -> NoReturn:
         """A stop signal while this process waits for the run's others at the rendezvous
         (where its handler cannot run until the wait times out): the processes it started are
         killed, the run is recorded interrupted, and this process ends, at once."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from typing_extensions import override
 
-from multigpu.config.launch import stop_signals
+from multigpu.config.launch import Signal, stop_signals
 from multigpu.storage.outcome import Outcome
 
 STOPPED_GRACE_S = 10.0  # for rank 0 to stop itself once a process of the run was stopped
@@ -106,7 +106,7 @@ class PeerWatch(threading.Thread):
         self.stopped.set()
         return self.failure
 
-    def stop_signal(self, stops: tuple[signal.Signals, ...]) -> signal.Signals | None:
+    def stop_signal(self, stops: tuple[Signal, ...]) -> Signal | None:
         """The stop signal (one of ``stops``) that ended the failed process, if one did: a
         process of the run signalled alone stops the run, as it would have stopped itself."""
         code = self.failed_code
