@@ -154,6 +154,9 @@ LAUNCHED_BY = {  # what each launcher sets besides a process's rank
     "torchrun": {**TORCHRUN_2, "TORCHELASTIC_RUN_ID": "abc"},
     "srun": {**SRUN_2, "SLURM_JOB_ID": "41"},
     "salloc": {"SLURM_JOB_ID": "41", "SLURM_JOB_NAME": "bash"},
+    "lsf_batch_script": {"LSB_JOBID": "5"},
+    "jsrun": {"LSB_JOBID": "5", "LSB_DJOB_RANKFILE": "/tmp/ranks"}
+    | {"JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_SIZE": "2"},
     "lightning": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
     "lightning_child": {
         **{"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
@@ -171,9 +174,10 @@ def started_by_hand(environ: dict, launcher: str) -> bool:
     child_rank = {"RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "JSM_NAMESPACE_RANK"}
     # torchrun sets every rank itself; srun only SLURM_PROCID: any other rank in an srun task
     # or a Lightning address comes from Lightning's start of a process (its parent marked).
-    others = set() if launcher == "torchrun" else child_rank & set(environ)
+    own = {"torchrun": child_rank, "jsrun": {"JSM_NAMESPACE_RANK"}}.get(launcher, set())
+    others = child_rank & set(environ) - own
     return (
-        launcher == "nothing"
+        launcher in ("nothing", "lsf_batch_script")
         or launcher == "salloc"
         and environ.get("SLURM_PROCID", "0") != "0"
         or bool(others)
@@ -620,6 +624,10 @@ def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):
         ({"SLURM_JOB_ID": "1", "RANK": "1"}, "RANK=1 is set, but SLURM did not start"),
         ({"SLURM_JOB_ID": "1", "LOCAL_RANK": "1"}, "LOCAL_RANK=1 is set, but SLURM did not"),
         ({"LSB_JOBID": "7", "LOCAL_RANK": "2", "WORLD_SIZE": "3"}, "LOCAL_RANK=2 WORLD_SIZE=3 is"),
+        (  # outside a jsrun task Lightning runs the process alone: it trained as rank 1
+            {"LSB_JOBID": "5", "JSM_NAMESPACE_RANK": "1", "JSM_NAMESPACE_LOCAL_RANK": "1"},
+            "JSM_NAMESPACE_RANK=1 is set, but no launcher started this process",
+        ),
         (
             {"TORCHELASTIC_RUN_ID": "abc", "RANK": "1", "WORLD_SIZE": "1"},
             "RANK=1 is not a process of WORLD_SIZE=1",

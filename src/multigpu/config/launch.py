@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
+# An LSF job's jsrun task, as Lightning 2.6's LSFEnvironment.detect knows one: LSB_JOBID alone
+# is any process of the job (its batch script's too), which Lightning runs alone.
+LSF_VARIABLES = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
+
+
 def torchrun_started(environ: Mapping[str, str]) -> bool:
     return all(name in environ for name in TORCHRUN_VARIABLES)
 
@@ -77,7 +82,7 @@ PROCESS_VARIABLES += ("LOCAL_WORLD_SIZE", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 LAUNCHERS: dict[str, Callable[[Mapping[str, str]], bool]] = {
     "torchrun": lambda environ: torchrun_started(environ) and "TORCHELASTIC_RUN_ID" in environ,
     "SLURM": lambda environ: slurm_started(environ) or "SLURM_JOB_ID" in environ,
-    "LSF": lambda environ: "LSB_JOBID" in environ,
+    "LSF": lambda environ: all(name in environ for name in LSF_VARIABLES),
     "Lightning's DDP": lambda environ: "MASTER_ADDR" in environ and "MASTER_PORT" in environ,
 }
 # What only a launcher's own child holds: srun's rank beyond the first, and a rank beside
