@@ -408,11 +408,15 @@ def test_a_checkpoint_folder_in_another_runs_folder_is_refused_and_nothing_is_wr
             "outside other runs' folders"
         )
         assert snapshot(other) == before and not mine.exists()
-    inside = tiny_run(tmp_path, f"hydra.run.dir={other}/again")
-    assert inside.returncode == 2 and "(hydra.run.dir) is inside another run's folder" in (
-        one_line(inside.stderr)
-    )
+    touched = {p: p.stat().st_mtime_ns for p in (other, other / "checkpoints")}
+    for again in (other / "again", other / "checkpoints" / "again"):
+        inside = tiny_run(tmp_path, f"hydra.run.dir={again}")
+        assert inside.returncode == 2 and "(hydra.run.dir) is inside another run's folder" in (
+            one_line(inside.stderr)
+        )
     assert snapshot(other) == before
+    # Not a file made and removed there either (a probe of writability did, before the check)
+    assert {p: p.stat().st_mtime_ns for p in touched} == touched
 
 
 @pytest.mark.slow

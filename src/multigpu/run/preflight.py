@@ -65,9 +65,11 @@ def refuse(text: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
-def check_creatable_folder(folder: str, key: str) -> None:
+def check_creatable_folder(folder: str, key: str, probe: bool = True) -> None:
     """A folder the run can make its own: named, not one above the folder the command runs
-    in (``/`` would spread a run's files among the system's), and writable."""
+    in (``/`` would spread a run's files among the system's), and writable (with ``probe``: a
+    file made and removed where it would be made; a run's admission probes its folders itself,
+    once it has found them apart from other runs', whose folders it must not touch)."""
     empty = not str(folder).strip()
     if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
@@ -77,7 +79,8 @@ def check_creatable_folder(folder: str, key: str) -> None:
             UserError.exit_code,
         )
     try:
-        check_creatable(folder)
+        if probe:
+            check_creatable(folder)
     except WriteFailed as err:
         refuse(f"{err}: pass a writable {key}", UserError.exit_code)
 
@@ -323,7 +326,7 @@ class Preflight(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with as_hydra_sets_it(config):  # hydra.run.dir=runs/${hydra:job.override_dirname}
             folder = Path(config.hydra.run.dir)
-        check_creatable_folder(str(folder), "hydra.run.dir")
+        check_creatable_folder(str(folder), "hydra.run.dir", probe=False)  # admit probes it
         try:
             cfg = with_output_dir(config, folder)
             check_hydra_keys(cfg)
