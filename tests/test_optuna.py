@@ -372,8 +372,10 @@ def test_a_refused_storage_writes_nothing_from_the_command_line(tmp_path):
 
 @pytest.mark.slow
 def test_a_sqlite_study_runs_and_runs_on_from_its_file(tmp_path):
-    """With the pinned SQLAlchemy 1.4 a study kept in a file runs, and run again goes on from
-    its trials (Optuna counts them from the file, not from the command line)."""
+    """With the pinned SQLAlchemy 1.4 a study kept in a file runs, and run again (in the same
+    sweep folder) goes on from its trials (Optuna counts them from the file, not from the
+    command line) with new ones: the seeded sampler had drawn its first trials again, whose
+    jobs were found finished, and nothing new was tried."""
     import optuna
 
     from multigpu.run.optuna_check import database_storage_failure
@@ -381,13 +383,16 @@ def test_a_sqlite_study_runs_and_runs_on_from_its_file(tmp_path):
     assert database_storage_failure() is None, "pyproject pins sqlalchemy<2 for Optuna 2"
     url = f"sqlite:///{tmp_path}/optuna.db"
     study = [f"hydra.sweeper.storage={url}", "hydra.sweeper.study_name=kept"]
-    study += ["hydra.sweeper.n_trials=1"]
-    for run in ("first", "second"):
-        sweep = f"hydra.sweep.dir={tmp_path / run}"
-        result = run_script("train.py", "-m", *STUDY, *study, sweep, cwd=tmp_path)
+    study += ["hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'sweep'}"]
+    space = {"data.batch_size": "choice(16, 32)", "model.optimizer.lr": "interval(0.01, 0.1)"}
+    study += [params(space)]
+    for _ in ("first", "again"):
+        result = run_script("train.py", "-m", *STUDY, *study, cwd=tmp_path)
         assert result.returncode == 0, result.stderr[-2000:]
     trials = optuna.load_study(study_name="kept", storage=url).trials
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]
+    assert trials[0].params != trials[1].params
+    assert len([p for p in (tmp_path / "sweep").iterdir() if (p / "metrics.json").exists()]) == 2
 
 
 def held_study(folder: Path, space: dict[str, str], direction: str = "maximize") -> list[str]:

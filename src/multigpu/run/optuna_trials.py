@@ -62,8 +62,12 @@ class OptunaTrials(OptunaSweeperImpl):
 
     @override
     def sweep(self, arguments: list[str]) -> None:
+        from hydra.utils import instantiate
+
         space, fixed = self.searched(arguments)
         study = self.study()
+        if study.trials:  # a held study: its sampler draws on, not its first trials again
+            study.sampler = self.sampler = instantiate(sampler_settings(self.config, study))
         log.info("Study name: %s, sampler: %s", study.study_name, type(self.sampler).__name__)
         done = 0
         while done < self.n_trials:
@@ -102,13 +106,18 @@ class OptunaTrials(OptunaSweeperImpl):
             sys.exit(UserError.exit_code)
 
 
-def sampler_settings(config: DictConfig) -> dict[str, Any]:
+def sampler_settings(config: DictConfig, held: optuna.Study | None = None) -> dict[str, Any]:
     """``hydra.sweeper.sampler``, seeded by the run's ``seed`` where the sampler takes a seed
     and none was given (``hydra.sweeper.sampler.seed=...`` wins). Not seeded in the config
-    (``hparams_search/optuna.yaml``): the grid's settings take no seed, and refused the key."""
+    (``hparams_search/optuna.yaml``): the grid's settings take no seed, and refused the key.
+    For a ``held`` study (a database's, continued) the seed moves on by the trials it holds:
+    seeded as at first, the sampler drew the same first trials again, whose jobs were found
+    finished and told again, and the sweep tried nothing new."""
     sampler = OmegaConf.to_container(config.hydra.sweeper.sampler, resolve=True) or {}
     if "seed" in sampler and sampler["seed"] is None:
         sampler["seed"] = config.get("seed")
+    if held is not None and sampler.get("seed") is not None:
+        sampler["seed"] = (sampler["seed"] + len(held.trials)) % 2**32  # numpy's seeds
     return sampler
 
 
