@@ -33,7 +33,8 @@ from multigpu.config.typos import (
     hydra_refusal,
     parse_overrides,
 )
-from multigpu.run.command_line import check_command_line, training_values
+from multigpu.run.cli import register_resolvers
+from multigpu.run.command_line import check_command_line, refusal, training_values
 
 # (script's config, overrides, the error line's text, the suggestions it must make)
 NAMED = {
@@ -48,6 +49,32 @@ NAMED = {
         "config",
         ["hydra.runtime.cwd=/x"],
         "hydra.runtime.cwd=/x: Hydra sets hydra.runtime.* itself as the job starts; drop it",
+        [],
+    ),
+    "an_override_after_a_flag_after_overrides": (  # Hydra: its usage page, exit 2
+        "config",
+        ["seed=1,2", "-m", "hydra.sweep.dir=S"],
+        "hydra.sweep.dir=S: an override after -m is not read, where other overrides came before "
+        "-m: give -m before every override (or after them all)",
+        [],
+    ),
+    "an_override_after_a_flag_with_its_value": (
+        "config",
+        ["seed=1", "--cfg", "job", "trainer.max_epochs=2"],
+        "trainer.max_epochs=2: an override after --cfg job is not read",
+        [],
+    ),
+    "a_flag_hydra_lacks": (
+        "config",
+        ["--foo", "seed=1"],
+        "--foo is not a flag of this command",
+        [],
+    ),
+    "two_things_to_do": (  # Hydra: a ValueError's traceback, exit 1
+        "config",
+        ["-m", "seed=1,2", "--cfg", "job"],
+        "--multirun and --cfg given together: Hydra does one of --run, --multirun, --cfg, --info, "
+        "--shell-completion at a time; give one",
         [],
     ),
     "unreadable_key": (  # Hydra's grammar: its page, exit 1
@@ -378,6 +405,33 @@ def test_an_override_hydra_cannot_read_is_named_in_one_line(value):
         assert "\n" not in said[0]
 
 
+@examples(12)
+@given(
+    st.permutations(["-m", "seed=1,2", "trainer.max_epochs=1", "data.batch_size=8"]),
+    st.sampled_from([[], ["--cfg", "job"], ["--nope"]]),
+)
+def test_a_command_line_hydras_parser_refuses_is_one_line(argv, more):
+    """Against Hydra's own parser of its command line (``@hydra.main``'s): a line it refuses
+    (an override after a flag that came after overrides, a flag it lacks) is one line naming
+    what it does not read; one it reads is never said unreadable."""
+    from hydra._internal.utils import get_args_parser
+
+    line = [*argv, *more]
+    parser = get_args_parser()
+    parser.error = typo_hydra.raise_usage_error
+    try:
+        parser.parse_args(line)
+        read = True
+    except typo_hydra.UsageError:
+        read = False
+    said = [typo.message for typo in typos(line)]
+    unread = [m for m in said if "is not read" in m or "is not a flag" in m]
+    if read:
+        assert not unread
+    else:
+        assert len(said) == 1 and said == unread, said
+
+
 @pytest.mark.parametrize("case", sorted(VALID))
 def test_a_valid_command_line_passes_silently(case):
     assert typos(VALID[case]) == []
@@ -450,17 +504,18 @@ def composed_keys(config: str, overrides: tuple[str, ...]) -> frozenset[str]:
 def settable(keys, hydra: bool) -> list[str]:
     """The keys an override can name, Hydra's own or the project's: none of the runtime's
     ``hydra/env`` choices (a ``/`` makes a group), the sweeper's params (their own check), or
-    what Hydra sets as the job starts (``set_by_hydra``)."""
+    what Hydra sets as the job starts (``set_by_hydra``), alone or in a map (``hydra``)."""
+    hydras = [k for k in keys if set_by_hydra(k)]
     return sorted(
         k
         for k in keys
         if k.startswith("hydra") == hydra and "/" not in k and PARAMS not in k
-        if not set_by_hydra(k)
+        if not any(f"{h}.".startswith(f"{k}.") for h in hydras)  # nor a map that holds one
     )
 
 
 def set_by_hydra(key: str) -> bool:
-    return key.startswith(RUNTIME) or key == OUTPUT_DIR
+    return f"{key}.".startswith(RUNTIME) or key == OUTPUT_DIR
 
 
 CONFIGS = st.sampled_from(["config", "eval"])
@@ -560,7 +615,48 @@ def test_a_key_set_to_its_own_value_passes(data):
         lambda node, name: node[name], key.split("."), composed(config, overrides)
     )
     override = data.draw(st.sampled_from([f"{key}={override_value(value)}", f"~{key}"]))
+    assume(not (override.startswith("~") and hydra_refuses_dropping(config, overrides, key)))
     assert typos([*overrides, override], config) == []
+
+
+def hydra_refuses_dropping(config: str, overrides: tuple[str, ...], key: str) -> bool:
+    """Whether Hydra's composition refuses ``~key`` (with its page): a structured node's
+    field, or a key whose value is null, which Hydra takes for one that is not there."""
+    from hydra.errors import ConfigCompositionException
+
+    register_resolvers()
+    try:
+        composed(config, (*overrides, f"~{key}"))
+    except ConfigCompositionException:
+        return True
+    return False
+
+
+@pytest.mark.slow
+@SLOW_HYPOTHESIS
+@given(st.data())
+def test_a_setting_of_hydras_own_config_dropped_is_one_line_where_hydra_refuses_it(data):
+    """``~hydra.run.dir``: Hydra refuses to drop a field of its structured config with its page
+    (exit 1): one line naming the fix where Hydra's own composition refuses it, and never
+    where Hydra drops the key."""
+    config = data.draw(CONFIGS)
+    overrides = data.draw(command_lines(config))
+    key = data.draw(st.sampled_from(settable(composed_keys(config, overrides), hydra=True)))
+    said = refusal([*overrides, f"~{key}"], config)
+    if hydra_refuses_dropping(config, overrides, key):
+        assert said is not None and "\n" not in said, said
+    else:
+        assert said is None or "dropped" not in said and "to drop it" not in said, said
+
+
+def test_a_setting_of_hydras_own_config_dropped_is_named_with_its_fix():
+    for key in ("hydra.run.dir", "hydra.job.chdir", "hydra.output_subdir"):
+        (typo,) = typos([f"~{key}"])
+        assert typo.message == (
+            f"~{key}: {key} is a setting of Hydra's own config, which can be set but not "
+            f"dropped; set it instead, {key}=<value>"
+        )
+    assert typos(["~hydra.job_logging.root"]) == []  # a plain map's key: Hydra drops it
 
 
 @examples(10)

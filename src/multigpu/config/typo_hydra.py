@@ -57,7 +57,15 @@ def parse_overrides(argv: list[str]) -> list[Any]:
 
     parser = get_args_parser()
     parser.error = raise_usage_error  # type: ignore[method-assign]
-    args, _ = parser.parse_known_args([a for a in argv if a != "--version"])  # it would exit
+    args, unread = parser.parse_known_args([a for a in argv if a != "--version"])  # it'd exit
+    if unread:  # Hydra's own parse: its usage page, and "unrecognized arguments", exit 2
+        raise Unreadable(unread_argument(argv, unread[0]))
+    modes = [flag for flag, dest in MODES.items() if getattr(args, dest, None) not in (None, False)]
+    if len(modes) > 1:  # Hydra: a ValueError's traceback
+        raise Unreadable(
+            f"{' and '.join(modes)} given together: Hydra does one of {', '.join(MODES)} at a "
+            "time; give one"
+        )
     if "--version" in argv or any(getattr(args, name, None) for name in STAND_ASIDE):
         raise UsageError("another config or action")
     parser = OverridesParser.create()
@@ -76,6 +84,26 @@ def parse_overrides(argv: list[str]) -> list[Any]:
                 "(https://hydra.cc/docs/advanced/override_grammar/basic)"
             ) from err
     return parser.parse_overrides(args.overrides)
+
+
+# Hydra's flags that say what it does, of which it takes one (their arguments' names).
+MODES = {"--run": "run", "--multirun": "multirun", "--cfg": "cfg", "--info": "info"}
+MODES["--shell-completion"] = "shell_completion"
+
+
+def unread_argument(argv: list[str], unread: str) -> str:
+    """What Hydra's command line does not read: a flag it lacks, or an override after a flag
+    that came after other overrides (it reads them together, before or after its flags)."""
+    if unread.startswith("-"):
+        return f"{unread} is not a flag of this command: --help lists them"
+    before = argv[: argv.index(unread)]
+    at = max(i for i, a in enumerate(before) if a.startswith("-"))
+    value = [v for v in before[at + 1 : at + 2] if "=" not in v]  # --cfg job, -cn mine
+    flag = " ".join([before[at], *value])
+    return (
+        f"{unread}: an override after {flag} is not read, where other overrides came before "
+        f"{flag}: give {flag} before every override (or after them all)"
+    )
 
 
 def raise_usage_error(message: str) -> None:

@@ -100,12 +100,32 @@ def hydra_refusal(
             overridden = COULD_NOT_OVERRIDE.match(str(refused))
             if isinstance(refused.__cause__, ConfigKeyError) and overridden:
                 return map_refusal(overridden[1], refused.__cause__, overrides, judged)
+            if dropped := dropped_unresolved(str(refused), refused.__cause__):
+                return dropped
             if refused.__cause__ is not None:  # a value's, which the job may yet resolve
                 return None
             return on_the_command_line(" ".join(str(refused).split()))
         except Exception:  # anything else: Hydra says it, with its context, when it runs
             return None
     return None
+
+
+def dropped_unresolved(refusal: str, cause: BaseException | None) -> str | None:
+    """``~key`` where ``key``'s value refers to what Hydra sets only as the job starts
+    (``${hydra:runtime.cwd}``, ``${hydra.runtime.output_dir}``): Hydra resolves a key to drop
+    it, and refused with its page. A resolver the job registers is left to the job."""
+    from omegaconf.errors import InterpolationResolutionError, UnsupportedInterpolationType
+
+    merging = MERGING.match(refusal)
+    if not merging or not isinstance(cause, InterpolationResolutionError):
+        return None
+    if isinstance(cause, UnsupportedInterpolationType):
+        return None
+    key = merging[1]
+    return (
+        f"~{key}: Hydra resolves {key} to drop it, and it cannot be resolved before the job "
+        f"starts ({summary_line(cause)}); set it instead, {key}=<value>"
+    )
 
 
 def map_refusal(node: str, error: Any, overrides: list[Any], judged: Any) -> str:
@@ -120,6 +140,7 @@ def map_refusal(node: str, error: Any, overrides: list[Any], judged: Any) -> str
     return said + (did_you_mean(close) if close else f"; use one of them ({node}.<key>=...)")
 
 
+MERGING = re.compile(r"Error merging override ~([^\s=]+)")  # a key dropped
 COULD_NOT_OVERRIDE = re.compile(r"Could not override '([^']+)'")  # a map given keys it lacks
 # Hydra's fix for a group given twice (``+experiment=fast`` where the defaults list it) is the
 # defaults list's syntax, ``override experiment: fast``; on the command line it is without +.
@@ -198,6 +219,11 @@ class Composition(Offer):
             return self.check_params(override)
         if self.sets_what_hydra_sets(override):
             return self.check_runtime(override)
+        if override.is_delete() and self.is_declared(name):  # Hydra: its page, exit 1
+            return Typo(
+                f"{said}: {name} is a setting of Hydra's own config, which can be set but not "
+                f"dropped; set it instead, {name}=<value>"
+            )
         nested = name.startswith("hydra/") and name.count("/") > 1
         if name == "hydra" or nested and name not in self.listed:
             return None  # Hydra's whole node, or a group an option adds (a sweeper's sampler)
@@ -253,6 +279,14 @@ class Composition(Offer):
         Hydra (``paths.output_dir: ${hydra:runtime.output_dir}``; eval.py's is its own)."""
         names = set_names(override)
         return is_runtime(override) or OUTPUT_DIR in names and self.output_dir_is_hydras
+
+    def is_declared(self, key: str) -> bool:
+        """Whether ``key`` is a field of a structured node (Hydra's dataclasses), which keeps
+        its fields: Hydra refuses to drop one."""
+        node, _, name = key.rpartition(".")
+        parent = OmegaConf.select(self.config, node) if self.config is not None and node else None
+        declared = OmegaConf.is_dict(parent) and OmegaConf.get_type(parent) not in (dict, None)
+        return declared and name in parent
 
     @functools.cached_property
     def output_dir_is_hydras(self) -> bool:
