@@ -511,3 +511,21 @@ def test_a_current_folder_deleted_is_said_in_one_line(script, tmp_path):
         "error: the current folder no longer exists (deleted or moved): cd into one that does"
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_value_that_refers_to_a_dropped_key_is_named_by_its_key(capsys):
+    """``~paths.runs_dir`` leaves ``hydra.run.dir``'s ``${paths.runs_dir}`` with nothing to
+    refer to: the checks before the run said "the config could not be checked", naming no key."""
+    from omegaconf import OmegaConf
+
+    from multigpu.run.preflight import guarded
+
+    cfg = OmegaConf.create({"hydra": {"run": {"dir": "${paths.runs_dir}/x"}}, "paths": {}})
+    check = guarded(lambda: cfg.hydra.run.dir)
+    with pytest.raises(SystemExit) as stopped:
+        check()
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "error: hydra.run.dir cannot be resolved (Interpolation key 'paths.runs_dir' not found): "
+        "give what it refers to"
+    ]

@@ -319,6 +319,10 @@ def test_a_sqlite_file_is_tried_on_a_copy(tmp_path, capsys, monkeypatch):
     assert (folder / "notes.db").read_text() == "not a database"
     with pytest.raises(UserError, match="does not exist"):
         optuna_check.check_storage(f"sqlite:///{tmp_path}/nope/optuna.db")
+    with pytest.raises(UserError, match=r"kept is a folder, not a database file; name a file"):
+        optuna_check.check_storage(f"sqlite:///{folder}")  # was: IsADirectoryError, unnamed
+    with pytest.raises(UserError, match=r"notes.db is a file, not a folder, so the database"):
+        optuna_check.check_storage(f"sqlite:///{folder}/notes.db/optuna.db")
     optuna_check.check_storage(f"sqlite:///{tmp_path}/optuna.db")  # to be made: fine
     optuna_check.check_storage("sqlite://")  # in memory
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]

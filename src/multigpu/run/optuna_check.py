@@ -246,10 +246,16 @@ def check_sqlite_file(storage: Any, database: str | None, held: HeldCheck | None
     if not database or database == ":memory:" or database.startswith("file:"):
         return
     path = Path(database)  # as SQLite opens it: a ~ is a folder so named
+    if path.is_dir():
+        raise UserError(
+            f"hydra.sweeper.storage={storage}: {path.resolve()} is a folder, not a database "
+            "file; name a file in it, e.g. sqlite:///<folder>/optuna.db"
+        )
     if not path.exists():
         folder = path.parent
         if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
             why = "is not a writable folder" if folder.is_dir() else "does not exist"
+            why = "is a file, not a folder" if folder.exists() and not folder.is_dir() else why
             raise UserError(
                 f"hydra.sweeper.storage={storage}: {folder.resolve()} {why}, so the database "
                 "cannot be made there; make the folder, or pass another path"

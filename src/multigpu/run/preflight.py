@@ -314,6 +314,9 @@ def guarded(check: Callable[..., None]) -> Callable[..., None]:
             raise
         except Exception as err:  # noqa: BLE001 - whatever it is, the run must not start
             reason = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
+            key = getattr(err, "full_key", None)  # OmegaConf's: where it failed
+            if isinstance(err, OmegaConfBaseException) and key:  # ~paths.runs_dir, say
+                refuse(f"{key} cannot be resolved ({reason}): give what it refers to", 2)
             refuse(f"the config could not be checked ({type(err).__name__}: {reason})", 2)
 
     return wrapper
