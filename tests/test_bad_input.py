@@ -529,3 +529,23 @@ def test_a_value_that_refers_to_a_dropped_key_is_named_by_its_key(capsys):
         "error: hydra.run.dir cannot be resolved (Interpolation key 'paths.runs_dir' not found): "
         "give what it refers to"
     ]
+
+
+def test_a_run_folder_through_a_link_that_leads_nowhere_is_refused_before_admission(
+    tmp_path, capsys
+):
+    """The check before admission writes nothing (admission probes once the folder is known to
+    be apart from other runs'), yet reads the folder as spelt: its canonical form has followed
+    the link already, and a run had trained in the link's missing target."""
+    from multigpu.run.preflight import check_creatable_folder
+
+    link = tmp_path / "scratch"
+    link.symlink_to(tmp_path / "unmounted")
+    with pytest.raises(SystemExit) as stopped:
+        check_creatable_folder(str(link / "run"), "hydra.run.dir", probe=False)
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: cannot write {link / 'run'}: {link} is a link that leads nowhere (write "
+        "elsewhere): pass a writable hydra.run.dir"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]

@@ -101,8 +101,8 @@ OUTSIDE_SLURM: dict[str, str] = {}
 UNDER_SLURM = {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "train", "SLURM_JOB_ID": "41"}
 
 
-# The real-time signals between SIGRTMIN+1 and SIGRTMAX take one path: one of them stands for all.
-EACH_STOP = [s for s in stop_signals(OUTSIDE_SLURM) if not s.name.startswith("SIGRTMIN+")]
+# The real-time signals between SIGRTMIN and SIGRTMAX take one path: one of them stands for all.
+EACH_STOP = [s for s in stop_signals(OUTSIDE_SLURM) if s.name[:9] not in ("SIGRTMIN+", "SIGRTMAX-")]
 EACH_STOP.append(Signal["SIGRTMIN+3"])
 
 

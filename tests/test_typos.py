@@ -64,6 +64,18 @@ NAMED = {
         "trainer.max_epochs=2: an override after --cfg job is not read",
         [],
     ),
+    "an_override_given_twice_after_a_flag": (  # found in review: a ValueError's traceback
+        "config",
+        ["seed=1", "-m", "seed=1"],
+        "seed=1: an override after -m is not read",
+        [],
+    ),
+    "a_key_below_a_value_hydra_resolves_at_the_start": (  # found in review: a traceback
+        "config",
+        ["~hydra.run.dir.x"],
+        "hydra.run.dir.x is not a setting: did you mean",
+        [],
+    ),
     "a_flag_hydra_lacks": (
         "config",
         ["--foo", "seed=1"],
@@ -348,6 +360,9 @@ NAMED = {
 
 VALID = {
     "nothing": [],
+    "help_beside_anything": ["--help", "-m", "--cfg", "job"],  # Hydra answers --help first
+    "version_beside_anything": ["a=1", "-m", "b=2", "--version"],
+    "multirun_at_the_end": ["seed=1,2", "trainer.max_epochs=1", "-m"],
     "keys_and_options": ["trainer.max_epochs=3", "model.optimizer.lr=0.05", "data=synthetic"],
     "experiment_keys": ["experiment=quickstart", "model.scheduler.T_max=4"],
     "sweep": ["-m", "trainer.max_epochs=1,2", "strategy=ddp,dp", "data.batch_size=range(8,9)"],

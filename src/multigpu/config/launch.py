@@ -270,11 +270,13 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
 
 
 # Every signal, by the name ``kill -l`` gives it: Python's ``signal.Signals`` names no real-time
-# signal between SIGRTMIN and SIGRTMAX, and a run must say which one stopped it.
+# signal between SIGRTMIN and SIGRTMAX (Linux's), and a run must say which one stopped it.
+LOW, HIGH = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", 0)
 Signal = enum.IntEnum(
     "Signal",
     {s.name: int(s) for s in signal.Signals}
-    | {f"SIGRTMIN+{n}": signal.SIGRTMIN + n for n in range(1, signal.SIGRTMAX - signal.SIGRTMIN)},
+    | {f"SIGRTMIN+{n - LOW}": n for n in range(LOW + 1, (LOW + HIGH) // 2 + 1)}
+    | {f"SIGRTMAX-{HIGH - n}": n for n in range((LOW + HIGH) // 2 + 1, HIGH)},
 )
 # A soft CPU-time limit (ulimit -S -t: SIGXCPU; the hard one kills) and an alarm (SIGALRM) end a
 # process by default too. Python ignores SIGPIPE and SIGXFSZ (a write past ulimit -f fails
@@ -283,8 +285,8 @@ LIMITS = (signal.SIGXCPU, signal.SIGALRM)
 STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, signal.SIGUSR1, signal.SIGUSR2)
 # The other signals whose default ends a process without a word (``man 7 signal``): SIGIO,
 # SIGPROF, SIGVTALRM, SIGPWR, SIGSTKFLT and the real-time ones.
-QUIET_ENDS = tuple(Signal[name] for name in ("SIGIO", "SIGPROF", "SIGVTALRM", "SIGPWR"))
-QUIET_ENDS += tuple(s for s in Signal if s.name.startswith(("SIGSTKFLT", "SIGRTM")))
+QUIET = ("SIGIO", "SIGPROF", "SIGVTALRM", "SIGPWR", "SIGSTKFLT")  # those a system has
+QUIET_ENDS = tuple(s for s in Signal if s.name in QUIET or s.name.startswith("SIGRTM"))
 # What whoever started this process set stays theirs: a signal it was started ignoring (``nohup``
 # ignores SIGHUP, to outlive the terminal) stays ignored, and of the quiet ones only those left
 # at their default are stops (a profiler's SIGPROF stays the profiler's). Read when the package's

@@ -58,10 +58,11 @@ def parse_overrides(argv: list[str]) -> list[Any]:
     parser = get_args_parser()
     parser.error = raise_usage_error  # type: ignore[method-assign]
     args, unread = parser.parse_known_args([a for a in argv if a != "--version"])  # it'd exit
-    if unread:  # Hydra's own parse: its usage page, and "unrecognized arguments", exit 2
-        raise Unreadable(unread_argument(argv, unread[0]))
+    helped = "--version" in argv or args.help or args.hydra_help  # Hydra answers these first
+    if unread and not helped:  # Hydra's own parse: its usage page, "unrecognized arguments"
+        raise Unreadable(unread_argument(argv, unread))
     modes = [flag for flag, dest in MODES.items() if getattr(args, dest, None) not in (None, False)]
-    if len(modes) > 1:  # Hydra: a ValueError's traceback
+    if len(modes) > 1 and not helped:  # Hydra: a ValueError's traceback
         raise Unreadable(
             f"{' and '.join(modes)} given together: Hydra does one of {', '.join(MODES)} at a "
             "time; give one"
@@ -91,17 +92,21 @@ MODES = {"--run": "run", "--multirun": "multirun", "--cfg": "cfg", "--info": "in
 MODES["--shell-completion"] = "shell_completion"
 
 
-def unread_argument(argv: list[str], unread: str) -> str:
+def unread_argument(argv: list[str], unread: list[str]) -> str:
     """What Hydra's command line does not read: a flag it lacks, or an override after a flag
     that came after other overrides (it reads them together, before or after its flags)."""
-    if unread.startswith("-"):
-        return f"{unread} is not a flag of this command: --help lists them"
-    before = argv[: argv.index(unread)]
-    at = max(i for i, a in enumerate(before) if a.startswith("-"))
+    flags = [a for a in unread if a.startswith("-")]
+    if flags:
+        return f"{flags[0]} is not a flag of this command: --help lists them"
+    first = len(argv) - len(unread)  # the overrides argparse left are the line's last ones
+    before = argv[:first] if argv[first:] == unread else []
+    at = max((i for i, a in enumerate(before) if a.startswith("-")), default=None)
+    if at is None:
+        return f"{unread[0]} is not read by Hydra's command line: give the overrides together"
     value = [v for v in before[at + 1 : at + 2] if "=" not in v]  # --cfg job, -cn mine
     flag = " ".join([before[at], *value])
     return (
-        f"{unread}: an override after {flag} is not read, where other overrides came before "
+        f"{unread[0]}: an override after {flag} is not read, where other overrides came before "
         f"{flag}: give {flag} before every override (or after them all)"
     )
 

@@ -284,9 +284,10 @@ class Composition(Offer):
         """Whether ``key`` is a field of a structured node (Hydra's dataclasses), which keeps
         its fields: Hydra refuses to drop one."""
         node, _, name = key.rpartition(".")
-        parent = OmegaConf.select(self.config, node) if self.config is not None and node else None
-        declared = OmegaConf.is_dict(parent) and OmegaConf.get_type(parent) not in (dict, None)
-        return declared and name in parent
+        if self.config is None or not node or key not in self.keys:
+            return False
+        parent = OmegaConf.select(self.config, node, throw_on_resolution_failure=False)
+        return OmegaConf.is_dict(parent) and OmegaConf.get_type(parent) not in (dict, None)
 
     @functools.cached_property
     def output_dir_is_hydras(self) -> bool:

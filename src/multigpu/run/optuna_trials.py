@@ -110,7 +110,8 @@ def sampler_settings(config: DictConfig, held: optuna.Study | None = None) -> di
     """``hydra.sweeper.sampler``, seeded by the run's ``seed`` where the sampler takes a seed
     and none was given (``hydra.sweeper.sampler.seed=...`` wins). Not seeded in the config
     (``hparams_search/optuna.yaml``): the grid's settings take no seed, and refused the key.
-    For a ``held`` study (a database's, continued) the seed moves on by the trials it holds:
+    For a ``held`` study (a database's, continued) the seed, either, moves on by the trials it
+    holds:
     seeded as at first, the sampler drew the same first trials again, whose jobs were found
     finished and told again, and the sweep tried nothing new."""
     sampler = OmegaConf.to_container(config.hydra.sweeper.sampler, resolve=True) or {}

@@ -18,7 +18,11 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
+from omegaconf.errors import (
+    InterpolationResolutionError,
+    MissingMandatoryValue,
+    OmegaConfBaseException,
+)
 
 from multigpu.callbacks.interrupts import signals_held
 from multigpu.config.errors import (
@@ -67,9 +71,10 @@ def refuse(text: str, exit_code: int) -> None:
 
 def check_creatable_folder(folder: str, key: str, probe: bool = True) -> None:
     """A folder the run can make its own: named, not one above the folder the command runs
-    in (``/`` would spread a run's files among the system's), and writable (with ``probe``: a
-    file made and removed where it would be made; a run's admission probes its folders itself,
-    once it has found them apart from other runs', whose folders it must not touch)."""
+    in (``/`` would spread a run's files among the system's), reached by no link that leads
+    nowhere, and writable (with ``probe``: a file made and removed where it would be made; a
+    run's admission probes its folders itself, once it has found them apart from other runs',
+    whose folders it must not touch)."""
     empty = not str(folder).strip()
     if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
@@ -79,8 +84,7 @@ def check_creatable_folder(folder: str, key: str, probe: bool = True) -> None:
             UserError.exit_code,
         )
     try:
-        if probe:
-            check_creatable(folder)
+        check_creatable(folder, probe)  # a link that leads nowhere: as spelt, not canonical
     except WriteFailed as err:
         refuse(f"{err}: pass a writable {key}", UserError.exit_code)
 
@@ -315,7 +319,8 @@ def guarded(check: Callable[..., None]) -> Callable[..., None]:
         except Exception as err:  # noqa: BLE001 - whatever it is, the run must not start
             reason = " ".join(str(err).split("\n")[0].split()) or type(err).__name__
             key = getattr(err, "full_key", None)  # OmegaConf's: where it failed
-            if isinstance(err, OmegaConfBaseException) and key:  # ~paths.runs_dir, say
+            unresolved = (InterpolationResolutionError, MissingMandatoryValue)
+            if isinstance(err, unresolved) and key:  # ~paths.runs_dir, say
                 refuse(f"{key} cannot be resolved ({reason}): give what it refers to", 2)
             refuse(f"the config could not be checked ({type(err).__name__}: {reason})", 2)
 

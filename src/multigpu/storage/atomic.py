@@ -84,9 +84,10 @@ def discard(partial: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
-def check_creatable(folder: str | Path) -> None:
-    """``folder``, or the nearest folder above it that exists, takes a new file (tried, then
-    removed): a run folder that could not be created is refused before anything is written."""
+def check_creatable(folder: str | Path, probe: bool = True) -> None:
+    """``folder``, or the nearest folder above it that exists, takes a new file (with
+    ``probe``: tried, then removed; else only its path is read): a run folder that could not be
+    created is refused before anything is written."""
     folder = Path(folder).absolute()
     for place in (folder, *folder.parents):
         if place.is_symlink() and not place.exists():  # a loop, or a missing target
@@ -100,10 +101,12 @@ def check_creatable(folder: str | Path) -> None:
             f"cannot write {folder}: {existing} is a file, not a folder (write elsewhere)",
             errno.ENOTDIR,
         )
-    probe = temporary_name(existing / ".writable")
+    if not probe:
+        return
+    made = temporary_name(existing / ".writable")
     try:
-        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        probe.unlink()
+        os.close(os.open(made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        made.unlink()
     except OSError as error:
         raise write_failed(folder, error) from None
 
