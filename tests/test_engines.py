@@ -266,6 +266,7 @@ def test_torchrun_restarts_continue_in_one_folder(tmp_path, data_root):
         torch.testing.assert_close(got[name], expected[name], rtol=0, atol=1e-6, msg=name)
 
 
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_bad_value_under_torchrun_is_said_once(tmp_path):
     """Every process torchrun starts checks the same command line: the node's first says the
     mistake, torchrun stops the others (each had said it too); nothing is written."""

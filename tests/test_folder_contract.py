@@ -91,7 +91,7 @@ STOPS_IN_SET_UP["setup"].append("+callbacks.stop.step=-1")
     [
         ("SIGUSR1", "build", False),
         ("SIGXCPU", "build", False),  # ulimit -t: a CPU-time limit reached
-        ("SIGRTMIN+3", "build", False),  # a real-time one, which Python's signal.Signals lacks
+        pytest.param("SIGRTMIN+3", "build", False, marks=pytest.mark.slow),  # a real-time one
         pytest.param("SIGALRM", "build", False, marks=pytest.mark.slow),
         pytest.param("SIGTERM", "setup", False, marks=pytest.mark.slow),  # the default suite's time
         ("SIGTERM", "setup", True),
