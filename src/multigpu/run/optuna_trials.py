@@ -111,9 +111,8 @@ def sampler_settings(config: DictConfig, held: optuna.Study | None = None) -> di
     and none was given (``hydra.sweeper.sampler.seed=...`` wins). Not seeded in the config
     (``hparams_search/optuna.yaml``): the grid's settings take no seed, and refused the key.
     For a ``held`` study (a database's, continued) the seed, either, moves on by the trials it
-    holds:
-    seeded as at first, the sampler drew the same first trials again, whose jobs were found
-    finished and told again, and the sweep tried nothing new."""
+    holds: seeded as at first, the sampler drew the same first trials again, whose jobs were
+    found finished and told again, and the sweep tried nothing new."""
     sampler = OmegaConf.to_container(config.hydra.sweeper.sampler, resolve=True) or {}
     if "seed" in sampler and sampler["seed"] is None:
         sampler["seed"] = config.get("seed")
