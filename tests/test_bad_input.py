@@ -549,3 +549,24 @@ def test_a_run_folder_through_a_link_that_leads_nowhere_is_refused_before_admiss
         "elsewhere): pass a writable hydra.run.dir"
     ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
+
+
+def test_a_run_folder_under_paths_runs_dir_names_that_setting_too(tmp_path, capsys):
+    """``paths.runs_dir=<a file>/x``: the line named only hydra.run.dir, which the user had not
+    given (Hydra names the run folder under paths.runs_dir)."""
+    from multigpu.run.admission import run_folder_setting
+    from multigpu.run.preflight import check_creatable_folder
+
+    (tmp_path / "f").write_text("")
+    runs_dir = str(tmp_path / "f" / "x")
+    folder = tmp_path / "f" / "x" / "2026-11-28" / "run"
+    assert run_folder_setting(tmp_path / "elsewhere", runs_dir) == "hydra.run.dir"
+    named = run_folder_setting(folder, runs_dir)
+    with pytest.raises(SystemExit) as stopped:
+        check_creatable_folder(str(folder), "hydra.run.dir", False, named)
+    assert stopped.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: cannot write {folder}: {tmp_path / 'f'} is a file")
+    assert line.endswith(
+        f"pass a writable hydra.run.dir (or paths.runs_dir={runs_dir}, which holds it)"
+    )

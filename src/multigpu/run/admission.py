@@ -155,7 +155,7 @@ def admit(
         return Admission(run, settings, finished=own.finished)
     if rank_zero:
         check_checkpoint_folder(folders, own)
-        check_writable_folders(folders)
+        check_writable_folders(folders, cfg.paths.get("runs_dir"))
         check_places_usable(places_named(cfg, folders), folders)
     data = cfg.data
     if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
@@ -670,13 +670,22 @@ def checkpoint_folder(folders: dict[str, Path]) -> Path:
     return folders.get(CHECKPOINT_FOLDER, folders[RUN_FOLDER] / "checkpoints")
 
 
-def check_writable_folders(folders: dict[str, Path]) -> None:
+def check_writable_folders(folders: dict[str, Path], runs_dir: str | None = None) -> None:
     """Each folder the run writes in can be made and written, before anything is written."""
     for key, folder in folders.items():
         try:
             check_creatable(folder)
         except WriteFailed as err:
-            raise UserError(f"{err}: pass a writable {key}") from None
+            named = run_folder_setting(folder, runs_dir) if key == RUN_FOLDER else key
+            raise UserError(f"{err}: pass a writable {named}") from None
+
+
+def run_folder_setting(folder: str | Path, runs_dir: str | None) -> str:
+    """The settings that name a run folder: ``hydra.run.dir``, and ``paths.runs_dir`` where the
+    folder lies under it (Hydra's default name for it), which a user may have given instead."""
+    if runs_dir is None or not is_within(folder, runs_dir):
+        return RUN_FOLDER
+    return f"{RUN_FOLDER} (or paths.runs_dir={runs_dir}, which holds it)"
 
 
 def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> None:

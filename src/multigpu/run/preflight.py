@@ -46,6 +46,7 @@ from multigpu.run.admission import (
     check_places_apart,
     check_unchanged,
     finished_notice,
+    run_folder_setting,
     written_folders,
     written_places,
 )
@@ -69,12 +70,13 @@ def refuse(text: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
-def check_creatable_folder(folder: str, key: str, probe: bool = True) -> None:
+def check_creatable_folder(folder: str, key: str, probe: bool = True, named: str = "") -> None:
     """A folder the run can make its own: named, not one above the folder the command runs
     in (``/`` would spread a run's files among the system's), reached by no link that leads
     nowhere, and writable (with ``probe``: a file made and removed where it would be made; a
     run's admission probes its folders itself, once it has found them apart from other runs',
-    whose folders it must not touch)."""
+    whose folders it must not touch). ``named``: the settings that name it, if more than
+    ``key``."""
     empty = not str(folder).strip()
     if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
@@ -86,7 +88,7 @@ def check_creatable_folder(folder: str, key: str, probe: bool = True) -> None:
     try:
         check_creatable(folder, probe)  # a link that leads nowhere: as spelt, not canonical
     except WriteFailed as err:
-        refuse(f"{err}: pass a writable {key}", UserError.exit_code)
+        refuse(f"{err}: pass a writable {named or key}", UserError.exit_code)
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -334,7 +336,8 @@ class Preflight(Callback):
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         with as_hydra_sets_it(config):  # hydra.run.dir=runs/${hydra:job.override_dirname}
             folder = Path(config.hydra.run.dir)
-        check_creatable_folder(str(folder), "hydra.run.dir", probe=False)  # admit probes it
+        named = run_folder_setting(folder, config.paths.get("runs_dir"))
+        check_creatable_folder(str(folder), "hydra.run.dir", False, named)  # admit probes it
         try:
             cfg = with_output_dir(config, folder)
             check_hydra_keys(cfg)
