@@ -651,6 +651,7 @@ def test_a_study_whose_every_trial_diverges_still_ends_with_its_report(tmp_path)
     assert not (tmp_path / "optimization_results.yaml").exists()  # no best value to save
 
 
+@pytest.mark.slow  # the default suite's budget: REFUSED checks the same gate in-process
 def test_a_refused_study_writes_nothing_from_the_command_line(tmp_path):
     """The checks run where Hydra starts the sweep, before its sweeper is made."""
     result = run_script(
