@@ -328,7 +328,14 @@ def test_a_sqlite_file_is_tried_on_a_copy(tmp_path, capsys, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
 
 
-@pytest.mark.parametrize("mark", ["metrics.json", ".hydra", "multirun.yaml"])
+@pytest.mark.parametrize(
+    "mark",
+    [
+        "metrics.json",
+        pytest.param(".hydra", marks=pytest.mark.slow),  # the default suite's budget
+        pytest.param("multirun.yaml", marks=pytest.mark.slow),
+    ],
+)
 def test_a_sqlite_study_in_another_runs_folder_is_refused(mark, tmp_path, tmp_path_factory, capsys):
     """A study's database is a file the sweep writes: inside another run's or sweep's folder
     it would join that folder's files (it was accepted). Its own sweep's folder may hold it."""

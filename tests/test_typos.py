@@ -420,7 +420,7 @@ def test_an_override_hydra_cannot_read_is_named_in_one_line(value):
         assert "\n" not in said[0]
 
 
-@examples(12)
+@examples(6)
 @given(
     st.permutations(["-m", "seed=1,2", "trainer.max_epochs=1", "data.batch_size=8"]),
     st.sampled_from([[], ["--cfg", "job"], ["--nope"]]),
@@ -674,7 +674,7 @@ def test_a_setting_of_hydras_own_config_dropped_is_named_with_its_fix():
     assert typos(["~hydra.job_logging.root"]) == []  # a plain map's key: Hydra drops it
 
 
-@examples(10)
+@examples(5)
 @given(st.data())
 def test_what_hydra_sets_as_the_job_starts_is_refused_in_one_line_whatever_the_override(data):
     """Any key Hydra sets as the job starts (``hydra.runtime.*``, and the job's folder
