@@ -11,8 +11,6 @@ settings are therefore declared here, as the submitit launcher's ``SlurmQueueCon
 them (a test compares the two), plus ``unschedulable_after_s``.
 """
 
-import importlib
-import importlib.util
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +20,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig
 
-INSTALL = "pip install -e '.[slurm]'"
-# What the extra brings: Hydra's submitit launcher, and submitit, which that imports late.
-SUBMITIT_LAUNCHER = "hydra_plugins.hydra_submitit_launcher.submitit_launcher"
-SUBMITIT = "submitit"
+from multigpu.run.slurm_extra import SLURM_LAUNCHER, missing_extra
 
 
 @dataclass
@@ -43,7 +38,7 @@ class SlurmLauncherConf:
     nodes: int = 1
     name: str = "${hydra.job.name}"
     stderr_to_stdout: bool = False
-    _target_: str = "hydra_plugins.multigpu_launcher.slurm_launcher.SlurmLauncher"
+    _target_: str = SLURM_LAUNCHER
     partition: str | None = None  # sbatch's options
     qos: str | None = None
     comment: str | None = None
@@ -64,18 +59,6 @@ class SlurmLauncherConf:
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="multigpu_slurm", node=SlurmLauncherConf)
-
-
-def missing_extra() -> str | None:
-    """The one-line refusal of ``hydra/launcher=slurm`` where the Slurm extra is not installed,
-    or None where it is (submitit is only looked for: it is slow to import)."""
-    try:
-        importlib.import_module(SUBMITIT_LAUNCHER)
-        if importlib.util.find_spec(SUBMITIT) is None:
-            raise ModuleNotFoundError(f"No module named {SUBMITIT!r}", name=SUBMITIT)
-    except ImportError as err:
-        return f"hydra/launcher=slurm needs the Slurm extra, not installed here ({err}): {INSTALL}"
-    return None
 
 
 class SlurmLauncher(Launcher):

@@ -299,9 +299,9 @@ def depth(place: tuple[Path, int, str]) -> int:
 def check_launcher(config: DictConfig) -> None:
     """A launcher whose optional packages are not installed (``hydra/launcher=slurm`` without
     the Slurm extra) is refused now, before the sweep's folder is made."""
-    from hydra_plugins.multigpu_launcher.slurm_launcher import SlurmLauncherConf, missing_extra
+    from multigpu.run.slurm_extra import SLURM_LAUNCHER, missing_extra
 
-    if (config.hydra.launcher or {}).get("_target_") != SlurmLauncherConf._target_:
+    if (config.hydra.launcher or {}).get("_target_") != SLURM_LAUNCHER:
         return
     refusal = missing_extra()
     if refusal is not None:
