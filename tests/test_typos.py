@@ -576,12 +576,17 @@ def one_edit(draw, word: str) -> str:
     return word[:at] + word[at + 1] + word[at] + word[at + 2 :]
 
 
-def parses(override: str) -> bool:
+def hydra_accepts(call, *args) -> bool:
+    """Whether Hydra's ``call(*args)`` goes through, not refusing with its exception."""
     try:
-        OverridesParser.create().parse_override(override)
-    except HydraException:
+        call(*args)
+    except HydraException:  # its composition's ConfigCompositionException too
         return False
     return True
+
+
+def parses(override: str) -> bool:
+    return hydra_accepts(OverridesParser.create().parse_override, override)
 
 
 @pytest.mark.slow
@@ -637,14 +642,44 @@ def test_a_key_set_to_its_own_value_passes(data):
 def hydra_refuses_dropping(config: str, overrides: tuple[str, ...], key: str) -> bool:
     """Whether Hydra's composition refuses ``~key`` (with its page): a structured node's
     field, or a key whose value is null, which Hydra takes for one that is not there."""
-    from hydra.errors import ConfigCompositionException
-
     register_resolvers()
-    try:
-        composed(config, (*overrides, f"~{key}"))
-    except ConfigCompositionException:
-        return True
-    return False
+    return not hydra_accepts(composed, config, (*overrides, f"~{key}"))
+
+
+@examples(5)
+@given(st.data())
+def test_a_key_set_with_a_drop_of_it_or_its_node_is_one_line_where_hydra_refuses_it(data):
+    """``~data data.batch_size=16``, ``~seed seed=3``: Hydra refused to set a key it had
+    dropped (a key's drop before it; a group's anywhere) with its page, exit 1, and the check
+    suggested an unrelated key. One line naming the drop exactly where Hydra's own composition
+    refuses the line, in either order."""
+    config = data.draw(CONFIGS)
+    overrides = data.draw(command_lines(config))
+    keys = composed_keys(config, overrides)
+    key = data.draw(st.sampled_from([k for k in settable(keys, hydra=False) if "." in k]))
+    parts = key.split(".")
+    node = ".".join(parts[: data.draw(st.integers(1, len(parts)))])
+    assume(not hydra_refuses_dropping(config, overrides, node))
+    value = override_value(
+        functools.reduce(lambda held, name: held[name], parts, composed(config, overrides))
+    )
+    pair = [f"~{node}", f"{key}={value}"]
+    line = (*overrides, *(pair if data.draw(st.booleans()) else pair[::-1]))
+    said = [typo.message for typo in typos(list(line), config)]
+    if hydra_accepts(composed, config, line):
+        assert not any("drops it" in message for message in said), said
+    else:
+        assert said == [f"{key} is not a setting: ~{node} drops it; give one or the other"]
+
+
+def test_a_key_set_after_its_drop_is_named_in_one_line():
+    said = "data.batch_size is not a setting: ~data drops it; give one or the other"
+    assert [t.message for t in typos(["~data", "data.batch_size=16"])] == [said]
+    assert [t.message for t in typos(["data.batch_size=16", "~data"])] == [said]
+    assert [t.message for t in typos(["~seed", "seed=3"])] == [
+        "seed is not a setting: ~seed drops it; give one or the other"
+    ]
+    assert typos(["seed=3", "~seed"]) == []  # set, then dropped: Hydra takes it
 
 
 @pytest.mark.slow

@@ -362,7 +362,11 @@ class Composition(Offer):
         """``key=value`` or ``~key``: the key must be one of the composed config, ``hydra.*``
         included (unless Hydra cannot compose the choices: it will say why)."""
         key, deleting = override.key_or_group, override.is_delete()
-        if self.config is None or key in self.keys:
+        if self.config is None:
+            return None
+        if dropped := self.dropped_by(override):
+            return Typo(f"{key} is not a setting: {dropped} drops it; give one or the other")
+        if key in self.keys:
             return None
         trainer = in_trainer(key) and not deleting  # a delete's name is a key: no + to offer
         if trainer and key.split(".", 1)[1] in TRAINER_ARGUMENTS:
@@ -399,6 +403,21 @@ class Composition(Offer):
             return ""
         held, value = as_override(held), override.get_value_string()
         return f"{node}={held} holds no keys; give them as a map, e.g. {node}={{{rest}:{value}}}"
+
+    def dropped_by(self, override: Any) -> str:
+        """The ``~node`` that drops ``override``'s key or a node above it, or "": a group's
+        (``~data``) anywhere on the line, where the composed config lacks the key (Hydra leaves
+        the group's option out before it sets any value), else a key's (``~seed``,
+        ``~trainer.max_epochs``) before it (Hydra sets them in order)."""
+        key = f"{override.key_or_group}."
+        at = next((i for i, o in enumerate(self.overrides) if o is override), len(self.overrides))
+        for i, drop in enumerate(self.overrides):
+            node = drop.key_or_group
+            if not drop.is_delete() or not key.startswith(f"{node.replace('/', '.')}."):
+                continue
+            if override.key_or_group not in self.keys if self.is_group(node) else i < at:
+                return drop.input_line
+        return ""
 
     def options_giving(self, key: str) -> str:
         """How to get ``key`` under an empty group (``model.scheduler.T_max`` while
