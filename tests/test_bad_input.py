@@ -372,7 +372,7 @@ def test_accumulate_grad_batches_zero_is_refused_before_anything_is_written(tmp_
 
 
 def test_a_trainer_argument_only_lightning_refuses_writes_nothing(tmp_path):
-    """What Lightning refuses only when it builds its Trainer (a profiler it does not know) is
+    """What Lightning refuses only when it builds its Trainer (a duration it cannot read) is
     found by admission, which builds one before the run's folder exists."""
     from conftest import compose_config
 
@@ -381,12 +381,11 @@ def test_a_trainer_argument_only_lightning_refuses_writes_nothing(tmp_path):
     from multigpu.run.cli import hydra_runtime
 
     folder = tmp_path / "run"
-    cfg = compose_config([*SYNTHETIC, "+trainer.profiler=sideways"], folder)
+    cfg = compose_config([*SYNTHETIC, "+trainer.val_check_interval=abc"], folder)
     with pytest.raises(UserError) as refused:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), folder)
     assert str(refused.value) == (
-        "trainer: When passing string value for the `profiler` parameter of `Trainer`, it can "
-        "only be one of ['simple', 'advanced', 'pytorch', 'xla']"
+        "trainer: Invalid time format for `val_check_interval`: 'abc'. Expected 'DD:HH:MM:SS'."
     )
     assert list(tmp_path.iterdir()) == []
 

@@ -4,11 +4,13 @@ for machines it is not (a GPU server, a cluster job), since the resolution is pu
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import re
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -579,6 +581,24 @@ def test_the_compile_modes_are_torchs():
     from torch._inductor import list_mode_options
 
     assert set(typing.get_args(names.CompileMode)) == set(list_mode_options())
+
+
+def test_the_profilers_are_lightnings_in_any_case():
+    """``+trainer.profiler`` is checked before torch loads against this copy of Lightning's
+    names, which Lightning reads in any case; its own refusal lists them."""
+    from pytorch_lightning.trainer.setup import _init_profiler
+    from pytorch_lightning.utilities.exceptions import MisconfigurationException
+
+    from multigpu.config.schema import check_ranges_and_names
+
+    with pytest.raises(MisconfigurationException) as refused:
+        _init_profiler(SimpleNamespace(), "sideways")
+    listed = ast.literal_eval(str(refused.value).rpartition("one of ")[2])
+    assert list(typing.get_args(names.Profiler)) == listed
+    for name in (*listed, "Simple", "PYTORCH"):
+        check_ranges_and_names({"trainer": {"profiler": name}}, ("trainer.",))
+    with pytest.raises(UserError, match="trainer.profiler='sideways' is not known: use one of"):
+        check_ranges_and_names({"trainer": {"profiler": "sideways"}}, ("trainer.",))
 
 
 @pytest.mark.parametrize(

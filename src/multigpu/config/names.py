@@ -15,6 +15,8 @@ SchedulerInterval = Literal["epoch", "step"]  # model.scheduler_interval
 Decayed = Literal["all", "weights"]  # model.weight_decay_on
 MatmulPrecision = Literal["highest", "high", "medium"]  # float32_matmul_precision
 ClipAlgorithm = Literal["norm", "value"]  # trainer.gradient_clip_algorithm
+# trainer.profiler, as Lightning names its profilers (in any case: it lowers it; a test compares).
+Profiler = Literal["simple", "advanced", "pytorch", "xla"]
 # model.compile.mode: torch.compile's modes (``torch._inductor.list_mode_options``; a test
 # compares them).
 CompileMode = Literal[

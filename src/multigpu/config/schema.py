@@ -44,6 +44,7 @@ from multigpu.config.names import (
     MatmulPrecision,
     Norm,
     Pipeline,
+    Profiler,
     SchedulerInterval,
     StartMethod,
 )
@@ -80,6 +81,7 @@ def _none_or_all(value: Any) -> Any:
 
 
 Batches = Annotated[float, AfterValidator(_whole_above_one)]
+AnyCase = BeforeValidator(lambda name: name.lower() if isinstance(name, str) else name)
 NoLimit = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]  # -1: no limit
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 Accuracy = Annotated[float, Field(gt=0, le=1)]  # a fraction, not a percentage
@@ -216,8 +218,8 @@ class Trainer(Node):
     them), so that a wrong one is answered before Lightning loads. A fraction where a whole
     count is meant would silently train otherwise (no step at all with
     accumulate_grad_batches=1.5). What the run sets itself (strategy, logger, callbacks,
-    plugins) and what Lightning reads further (a profiler's name, a duration in
-    val_check_interval) are Lightning's to check (``multigpu.run.lightning_arguments``)."""
+    plugins) and what Lightning reads further (a duration in val_check_interval) are
+    Lightning's to check (``multigpu.run.lightning_arguments``)."""
 
     what = "Lightning's Trainer"
     accelerator: str = "auto"
@@ -276,7 +278,7 @@ class Trainer(Node):
     benchmark: bool | None = None
     inference_mode: bool = True
     use_distributed_sampler: bool = True
-    profiler: str | None = None
+    profiler: Annotated[Profiler, AnyCase] | None = None
     detect_anomaly: bool = False
     barebones: Literal[False] = setting(
         False,
@@ -539,10 +541,12 @@ def names_of(annotation: Any) -> tuple[str, ...]:
     """The names a key of a ``Literal`` type of names (or null) takes; none for another type
     (``Literal[False]``: a value allowed alone, whose range its description says)."""
     args = [a for a in get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is Annotated:
+        return names_of(args[0])
     if typing.get_origin(annotation) is Literal:
         names = get_args(annotation)
-    elif len(args) == 1 and typing.get_origin(args[0]) is Literal:
-        names = get_args(args[0])
+    elif len(args) == 1:
+        return names_of(args[0])
     else:
         return ()
     return names if all(isinstance(name, str) for name in names) else ()

@@ -3,7 +3,7 @@
 The checks before torch (``multigpu.config.schema``'s ``Trainer``) know the type of every
 argument Lightning's ``Trainer`` takes, the range of each number and the names of each choice;
 Lightning refuses more once it builds one (a duration it cannot read in
-``+trainer.val_check_interval``, a ``profiler`` it does not know). ``multigpu.run.fit`` builds
+``+trainer.val_check_interval``). ``multigpu.run.fit`` builds
 the Trainer only after the run's folder and record exist, so its refusal came after a folder was
 made. Admission builds one first, with what the run sets itself (devices, strategy, callbacks,
 logger, plugins) left neutral: building a Trainer reads no file and writes none, and its refusal
