@@ -247,3 +247,15 @@ def test_a_signal_after_the_closing_lines_leaves_a_completed_run_exiting_0(tmp_p
             break
     proc.communicate(timeout=60)
     assert proc.returncode == 0 and record(tmp_path)["status"] == "completed"
+
+
+def test_the_bar_turned_off_in_the_trainer_leaves_the_configured_one_out(tmp_path):
+    """``+trainer.enable_progress_bar=false`` with the bar the callbacks configure: Lightning
+    refused the pair ("found ProgressBar in callbacks list") once the run's folder and record
+    were made; the run now trains without a bar, as asked."""
+    from conftest import compose_config
+
+    from multigpu.run.training import train
+
+    overrides = [*RUN[:-1], "trainer.max_epochs=1", "+trainer.enable_progress_bar=false"]
+    assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
