@@ -189,7 +189,8 @@ def started_by_hand(environ: dict, launcher: str) -> bool:
 
 def rank_beyond_size(environ: dict) -> str | None:
     """The rank at or above its size (ranks count from 0 to the size - 1), if one is."""
-    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+    pairs = (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE"))
+    for rank, size in (*pairs, ("SLURM_PROCID", "SLURM_NTASKS")):
         if environ.get(rank, "").isdigit() and environ.get(size, "").isdigit():
             if int(environ[rank]) >= int(environ[size]):
                 return rank
@@ -605,18 +606,54 @@ def test_the_profilers_are_lightnings_in_any_case():
     ("environ", "said"),
     [
         ({"TORCHELASTIC_RUN_ID": "abc"}, "TORCHELASTIC_RUN_ID=abc is set, but not RANK, "
-         "LOCAL_RANK, WORLD_SIZE, which torchrun sets with it: unset TORCHELASTIC_RUN_ID (left "
-         "over from another job?), or start the run with torchrun"),
+         "LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, which torchrun sets with it: "
+         "unset TORCHELASTIC_RUN_ID (left over from another job?), or start the run with "
+         "torchrun"),
+        ({"TORCHELASTIC_RUN_ID": "abc", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"},
+         "TORCHELASTIC_RUN_ID=abc is set, but not GROUP_RANK, LOCAL_WORLD_SIZE, which torchrun "
+         "sets with it"),
         ({**SRUN_2, "SLURM_JOB_ID": "77", "SLURM_NODEID": None}, "SLURM_NTASKS=2 is set, but "
          "not SLURM_NODEID, which srun sets with it"),
         ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "interactive"}, None),  # Lightning reads none
     ],
-    ids=["torchrun_id_alone", "srun_without_node", "interactive_allocation"],
+    ids=["torchrun_id_alone", "torchrun_id_with_ranks", "srun_without_node",
+         "interactive_allocation"],
 )  # fmt: skip
 def test_a_launchers_mark_without_what_it_sets_beside_is_refused(environ, said):
     """``TORCHELASTIC_RUN_ID=abc python train.py``: Lightning takes the id alone for torchrun and
     read ``LOCAL_RANK`` (a KeyError after the run's folder was made, a ``failed`` record)."""
     environ = {name: value for name, value in environ.items() if value is not None}
+    if said is None:
+        check_launched(environ)
+        return
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
+        check_launched(environ)
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({"PL_TRAINER_LIMIT_TRAIN_BATCHES": "1"}, "PL_TRAINER_LIMIT_TRAIN_BATCHES=1 is set: "
+         "Lightning would give the Trainer limit_train_batches=1 behind the config and the "
+         "run's record; unset PL_TRAINER_LIMIT_TRAIN_BATCHES (a run takes "
+         "+trainer.limit_train_batches=1 on its command line)"),
+        ({"PL_TRAINER_NOSUCH": "1"}, None),  # Lightning reads only its Trainer's arguments
+        ({"SLURM_JOB_ID": "123", **SRUN_2, "SLURM_NTASKS": "1", "SLURM_PROCID": "1"},
+         "SLURM_PROCID=1 is not a process of SLURM_NTASKS=1 (ranks count from 0 to "
+         "SLURM_NTASKS - 1)"),
+        ({"SLURM_JOB_ID": "123", **SRUN_2, "SLURM_NTASKS": "two"},
+         "SLURM_NTASKS='two' is not a process number"),
+        ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not a TCP port (1 to 65535)"),
+        ({"MASTER_PORT": "65536"}, "MASTER_PORT='65536' is not a TCP port (1 to 65535)"),
+        ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "65535"}, None),
+    ],
+    ids=["trainer_default", "not_an_argument", "srun_rank_beyond", "srun_tasks_no_number",
+         "port_no_number", "port_too_high", "port_highest"],
+)  # fmt: skip
+def test_what_the_environment_changes_behind_the_config_is_refused(environ, said):
+    """Found by a fresh try: ``PL_TRAINER_LIMIT_TRAIN_BATCHES=1`` trained one batch an epoch,
+    recorded as whole ones; ``SLURM_PROCID=1`` of one task trained unrecorded and exited 0;
+    ``MASTER_PORT=abc`` was a traceback once the run's folder was made."""
     if said is None:
         check_launched(environ)
         return

@@ -213,3 +213,30 @@ def test_eval_checks_its_data_as_training_does(finished_run, overrides, said):
         )
     with pytest.raises(UserError, match=re.escape(said)):
         evaluate(cfg)
+
+
+@pytest.mark.parametrize(
+    ("environ", "said"),
+    [
+        ({"PL_TRAINER_LIMIT_TEST_BATCHES": "1"}, "PL_TRAINER_LIMIT_TEST_BATCHES=1 is set: "
+         "Lightning would give the Trainer limit_test_batches=1"),
+        ({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
+          "SLURM_NODEID": "0"}, "eval.py runs in one process, but the launcher started 2: "
+         "start it once"),
+    ],
+    ids=["trainer_default", "srun_tasks"],
+)  # fmt: skip
+def test_eval_checks_its_environment_as_training_does(finished_run, monkeypatch, environ, said):
+    """Found by a fresh try: ``PL_TRAINER_LIMIT_TEST_BATCHES=1`` evaluated one batch and
+    reported the whole test set's size; two srun tasks ended in a traceback."""
+    ckpt = finished_run / "checkpoints" / "last.ckpt"
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            "eval",
+            overrides=[f"ckpt_path={ckpt}", f"paths.output_dir={finished_run}"],
+            return_hydra_config=True,
+        )
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
+        evaluate(cfg)

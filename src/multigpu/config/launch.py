@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from multigpu.config.errors import UserError
+from multigpu.config.names import TRAINER_ARGUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ PROMISED: dict[str, tuple[str, Callable[[Mapping[str, str]], bool], tuple[str, .
     "TORCHELASTIC_RUN_ID": (
         "torchrun",
         lambda environ: "TORCHELASTIC_RUN_ID" in environ,
-        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE"),  # and the rest
     ),
     "SLURM_NTASKS": ("srun", slurm_started, ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")),
 }
@@ -69,6 +70,18 @@ def check_promised(environ: Mapping[str, str]) -> None:
                 f"sets with it: unset {mark} (left over from another job?), or start the run "
                 f"with {launcher}"
             )
+
+
+# Each rank with the count it is a rank of (from 0): one beyond it names no process of the run.
+RANKS = (
+    ("RANK", "WORLD_SIZE"),
+    ("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+    ("SLURM_PROCID", "SLURM_NTASKS"),
+)
+# Lightning gives the Trainer any argument it is not passed from PL_TRAINER_<ARGUMENT>: behind
+# the config and the run's record (``PL_TRAINER_LIMIT_TRAIN_BATCHES=1`` trained one batch an
+# epoch, recorded as whole epochs).
+TRAINER_DEFAULTS = "PL_TRAINER_"
 
 
 # What says which process of a run this is: Lightning and ``multigpu.storage.record.is_rank_zero``
@@ -142,13 +155,23 @@ def check_launched(environ: Mapping[str, str]) -> None:
     a run's. Set by hand (an export left over, a command copied from a launcher's log) it is
     believed: ``LOCAL_RANK=1`` trained alone as rank 1, which writes nothing, and exited 0
     without a record or a lock. Refused unless a launcher's other variables are there too."""
+    for name in sorted(n for n in environ if n.startswith(TRAINER_DEFAULTS)):
+        argument = name.removeprefix(TRAINER_DEFAULTS).lower()
+        if argument in TRAINER_ARGUMENTS:
+            raise UserError(
+                f"{name}={environ[name]} is set: Lightning would give the Trainer {argument}="
+                f"{environ[name]} behind the config and the run's record; unset {name} (a run "
+                f"takes +trainer.{argument}={environ[name]} on its command line)"
+            )
+    check_port(environ)
     given = [name for name in PROCESS_VARIABLES if name in environ]
-    for name in (n for n in given if not environ[n].strip().isdigit()):
+    counts = [n for _, n in RANKS if n in environ and n not in given]
+    for name in (n for n in (*given, *counts) if not environ[n].strip().isdigit()):
         raise UserError(
             f"{name}={environ[name]!r} is not a process number (launchers set 0, 1, ...): "
             f"unset {name}, or start the run with torchrun or srun"
         )
-    for rank, size in (("RANK", "WORLD_SIZE"), ("LOCAL_RANK", "LOCAL_WORLD_SIZE")):
+    for rank, size in RANKS:
         if rank in environ and size in environ and int(environ[rank]) >= int(environ[size]):
             raise UserError(
                 f"{rank}={environ[rank]} is not a process of {size}={environ[size]} (ranks "
@@ -172,6 +195,17 @@ def check_launched(environ: Mapping[str, str]) -> None:
         f"MASTER_ADDR and MASTER_PORT): unset {' '.join(given)}, or start the run with "
         "torchrun or srun"
     )
+
+
+def check_port(environ: Mapping[str, str]) -> None:
+    """``MASTER_PORT``, where DDP's processes meet, is a TCP port: else a traceback from deep in
+    torch, after the run's folder was made."""
+    port = environ.get("MASTER_PORT")
+    if port is not None and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+        raise UserError(
+            f"MASTER_PORT={port!r} is not a TCP port (1 to 65535): unset it (Lightning picks a "
+            "free one), or give a free port, e.g. MASTER_PORT=29500"
+        )
 
 
 # Overrides that say where a run reads and writes, or how it shows: no part of its name.
@@ -234,17 +268,23 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
     return f"{started}-{label}" if label else started
 
 
+def processes_started(environ: Mapping[str, str]) -> int:
+    """How many processes a cluster launcher started this one among (1: none did)."""
+    if torchrun_started(environ):
+        return int(environ.get("WORLD_SIZE", "1"))
+    return int(environ.get("SLURM_NTASKS", "1")) if slurm_started(environ) else 1
+
+
 def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_device: bool) -> None:
     """The processes a cluster launcher started must be the ones the config asks for: one per
     device under DDP (``trainer.devices`` x ``trainer.num_nodes``), else one; and a process
     that says it is one of several must have been started by a launcher."""
     check_launched(environ)
+    started = processes_started(environ)
     if torchrun_started(environ):
-        started = int(environ.get("WORLD_SIZE", "1"))
         on_node = int(environ.get("LOCAL_WORLD_SIZE", "1"))
         fix = f"torchrun --nproc_per_node={per_node} --nnodes={nodes}"
     elif slurm_started(environ):
-        started = int(environ.get("SLURM_NTASKS", "1"))
         on_node = int(re.match(r"\d*", environ.get("SLURM_NTASKS_PER_NODE", ""))[0] or 0)
         fix = f"#SBATCH --nodes={nodes} --ntasks-per-node={per_node}"
         if per_device and not on_node and started > 1:

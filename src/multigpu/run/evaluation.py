@@ -11,12 +11,14 @@ for training: evaluation continues no run, so there are no settings to match.
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
+from multigpu.config.launch import check_launched, processes_started
 from multigpu.config.names import MATMUL_PRECISIONS
 from multigpu.config.schema import Top, check_types, config_tree, default_of
 from multigpu.config.settings import (
@@ -80,6 +82,12 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
     check_evaluation(cfg, choices_of(cfg))
+    check_launched(os.environ)  # what a launcher's variables promise, and Lightning's own
+    if (started := processes_started(os.environ)) > 1:
+        raise UserError(
+            f"eval.py runs in one process, but the launcher started {started}: start it once "
+            "(srun --ntasks=1, or python eval.py without torchrun)"
+        )
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device
 
