@@ -324,8 +324,12 @@ Signal = enum.IntEnum(
 LIMITS = (signal.SIGXCPU, signal.SIGALRM)
 STOPS = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, signal.SIGUSR1, signal.SIGUSR2)
 # The other signals whose default ends a process without a word (``man 7 signal``): SIGIO,
-# SIGPROF, SIGVTALRM, SIGPWR, SIGSTKFLT and the real-time ones.
+# SIGPROF, SIGVTALRM, SIGPWR, SIGSTKFLT and the real-time ones; and those that dump its core,
+# as ``kill`` sends them (a real abort() ends the process before any handler of Python's runs).
+# A hardware fault (SIGSEGV, SIGBUS, SIGFPE, SIGILL) is left alone: a handler that returns
+# would run the faulting instruction again, for ever.
 QUIET = ("SIGIO", "SIGPROF", "SIGVTALRM", "SIGPWR", "SIGSTKFLT")  # those a system has
+QUIET += ("SIGABRT", "SIGTRAP", "SIGSYS")
 QUIET_ENDS = tuple(s for s in Signal if s.name in QUIET or s.name.startswith("SIGRTM"))
 # What whoever started this process set stays theirs: a signal it was started ignoring (``nohup``
 # ignores SIGHUP, to outlive the terminal) stays ignored, and of the quiet ones only those left
