@@ -465,6 +465,22 @@ def test_data_strategy_and_model_keys_are_their_constructors():
         assert data._target_ in schema.BUILDS["data"]
 
 
+def test_logger_keys_are_what_each_logger_and_its_writer_take():
+    """Lightning's loggers' arguments, ours (``runs_dir``), and the writer's keyword arguments
+    TensorBoardLogger hands on (``SummaryWriter``'s, but the folder it sets itself)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    for target, model in schema.BUILDS["logger"].items():
+        logger = locate(target)
+        takes = set(parameters(logger)) | set(parameters(logger.__mro__[1]))
+        if model is schema.TensorBoard:
+            takes |= set(parameters(SummaryWriter)) - {"log_dir"}
+        assert set(keys(model)) == takes - {"args"}, target
+    for option in ("tensorboard", "csv"):
+        logger_cfg = OmegaConf.load(CONF / "logger" / f"{option}.yaml")
+        assert logger_cfg._target_ in schema.BUILDS["logger"]
+
+
 def schema_defaults(schema_class) -> dict:
     return {name: schema.default_of(schema_class, name) for name in schema_class.model_fields}
 
@@ -606,12 +622,12 @@ def test_the_profilers_are_lightnings_in_any_case():
     ("environ", "said"),
     [
         ({"TORCHELASTIC_RUN_ID": "abc"}, "TORCHELASTIC_RUN_ID=abc is set, but not RANK, "
-         "LOCAL_RANK, WORLD_SIZE, GROUP_RANK, LOCAL_WORLD_SIZE, which torchrun sets with it: "
-         "unset TORCHELASTIC_RUN_ID (left over from another job?), or start the run with "
-         "torchrun"),
+         "LOCAL_RANK, WORLD_SIZE, which torchrun sets with it: unset TORCHELASTIC_RUN_ID (left "
+         "over from another job?), or start the run with torchrun"),
         ({"TORCHELASTIC_RUN_ID": "abc", "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"},
-         "TORCHELASTIC_RUN_ID=abc is set, but not GROUP_RANK, LOCAL_WORLD_SIZE, which torchrun "
-         "sets with it"),
+         "RANK=0 LOCAL_RANK=0 WORLD_SIZE=1 is set with TORCHELASTIC_RUN_ID=abc, but not "
+         "GROUP_RANK, LOCAL_WORLD_SIZE, which torchrun sets with them: unset RANK LOCAL_RANK "
+         "WORLD_SIZE and TORCHELASTIC_RUN_ID"),
         ({**SRUN_2, "SLURM_JOB_ID": "77", "SLURM_NODEID": None}, "SLURM_NTASKS=2 is set, but "
          "not SLURM_NODEID, which srun sets with it"),
         ({"SLURM_NTASKS": "2", "SLURM_JOB_NAME": "interactive"}, None),  # Lightning reads none

@@ -53,7 +53,7 @@ PROMISED: dict[str, tuple[str, Callable[[Mapping[str, str]], bool], tuple[str, .
     "TORCHELASTIC_RUN_ID": (
         "torchrun",
         lambda environ: "TORCHELASTIC_RUN_ID" in environ,
-        ("RANK", "LOCAL_RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_WORLD_SIZE"),  # and the rest
+        ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
     ),
     "SLURM_NTASKS": ("srun", slurm_started, ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID")),
 }
@@ -189,6 +189,13 @@ def check_launched(environ: Mapping[str, str]) -> None:
         )
     if not given or launcher is not None:
         return
+    if "TORCHELASTIC_RUN_ID" in environ:  # torchrun's id, without all it sets beside
+        missing = ", ".join(name for name in TORCHRUN_VARIABLES if name not in environ)
+        raise UserError(
+            f"{shown} is set with TORCHELASTIC_RUN_ID={environ['TORCHELASTIC_RUN_ID']}, but "
+            f"not {missing}, which torchrun sets with them: unset {' '.join(given)} and "
+            "TORCHELASTIC_RUN_ID (left over from another job?), or start the run with torchrun"
+        )
     raise UserError(
         f"{shown} is set, but no launcher started this process (torchrun, srun and "
         "Lightning's DDP set it together with TORCHELASTIC_RUN_ID, SLURM_JOB_ID or "

@@ -28,6 +28,7 @@ from pydantic_core import PydanticUndefined
 from multigpu.config.errors import Unresolved, UserError, as_override
 from multigpu.config.names import (
     COSINE,
+    CSV,
     DATA_PARALLEL,
     FASHION_MNIST,
     MODEL,
@@ -37,6 +38,7 @@ from multigpu.config.names import (
     SINGLE_DEVICE,
     STEP_LR,
     SYNTHETIC,
+    TENSORBOARD,
     ClipAlgorithm,
     CompileMode,
     Decayed,
@@ -334,6 +336,33 @@ class CosineAnnealingLR(Node):
     eta_min: float = setting(0.0, "0 or more", ge=0)
 
 
+class Logger(Node):  # Lightning's CSVLogger and TensorBoardLogger both take these
+    what = "the logger"
+    save_dir: str = setting(REQUIRED, example="${paths.output_dir}")
+    name: str | None = ""
+    version: int | str | None = ""
+    prefix: str = ""
+
+
+class CsvLogger(Logger):
+    flush_logs_every_n_steps: int = setting(100, "1 or more", ge=1)
+
+
+class TensorBoard(Logger):
+    """With ``runs_dir`` (``EpochTensorBoardLogger``'s) and what its writer takes
+    (``SummaryWriter``'s keyword arguments: its log_dir is the logger's to set)."""
+
+    log_graph: bool = False
+    default_hp_metric: bool = True
+    sub_dir: str | None = None
+    runs_dir: str | None = None
+    comment: str = ""
+    purge_step: int | None = setting(None, "0 or more, or null", ge=0)
+    max_queue: int = setting(10, "1 or more", ge=1)
+    flush_secs: int | float = setting(120, "more than 0", gt=0)
+    filename_suffix: str = setting("", "a file name's end, without /", ".v2", pattern="^[^/]*$")
+
+
 class Compile(Node):  # model.compile as torch.compile's keyword arguments
     what = "torch.compile"
     fullgraph: bool = False
@@ -374,6 +403,7 @@ BUILDS: dict[str, dict[str, type[Node]]] = {
     "model": {MODEL: Model},
     "data": {FASHION_MNIST: FashionMNIST, SYNTHETIC: Synthetic},
     "strategy": {SINGLE_DEVICE: Node, DATA_PARALLEL: Node, SCATTER_ALLREDUCE: ScatterAllreduce},
+    "logger": {TENSORBOARD: TensorBoard, CSV: CsvLogger},
 }
 OPTIONAL_NODES = ("model.lr_scaling",)  # null means none of it
 KINDS = {
@@ -386,6 +416,7 @@ KINDS = {
 ABSENT = object()  # a key the config does not have (unlike one set to null)
 # What pydantic reports when a value of the right type is outside what its key takes.
 OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "value_error"}
+OUT_OF_RANGE |= {"string_pattern_mismatch"}
 
 
 def default_of(schema: type[Node], name: str) -> Any:
@@ -427,9 +458,8 @@ def ranges() -> dict[str, str]:
 def config_tree(cfg: DictConfig) -> dict[str, Any]:
     """The nodes the schemas describe as plain values, interpolations resolved: one that
     cannot be (``${nosuch}``, a missing environment variable) is one line naming its key."""
-    roots = [
-        key for key in cfg if key in Top.model_fields or key in {p.split(".")[0] for p in SCHEMAS}
-    ]
+    nodes = {path.split(".")[0] for path in (*SCHEMAS, *BUILDS)}
+    roots = [key for key in cfg if key in Top.model_fields or key in nodes]
     tree: dict[str, Any] = {}
     for key in roots:
         try:
@@ -463,9 +493,9 @@ def target_of(node: Any) -> str | None:
 def node_schemas(tree: Mapping[str, Any]) -> Iterator[tuple[str, type[Node]]]:
     """Every (node path, schema) that applies to this config."""
     yield from SCHEMAS.items()
-    scheduler = select(tree, "model.scheduler")
-    if target_of(scheduler) in SCHEDULERS:
-        yield "model.scheduler", SCHEDULERS[target_of(scheduler)]
+    for path in ("model.scheduler", "logger"):  # keys that depend on what the node builds
+        if (schema := BUILDS[path].get(target_of(select(tree, path)))) is not None:
+            yield path, schema
     if isinstance(select(tree, "model.compile"), Mapping):
         yield "model.compile", Compile
 

@@ -213,6 +213,26 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "trainer.enable_progress_bar='maybe' must be true or false or null",
     ),
     "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
+    "profiler_not_a_choice": (
+        ["+trainer.profiler=sideways"],
+        "trainer.profiler='sideways' is not known: use one of simple, advanced, pytorch, xla",
+    ),
+    "csv_flush_zero": (  # had been a ZeroDivisionError once the run's folder was made
+        ["logger=csv", "+logger.flush_logs_every_n_steps=0"],
+        "logger.flush_logs_every_n_steps=0 must be 1 or more",
+    ),
+    "tensorboard_queue_not_a_number": (  # had been a TypeError, likewise
+        ["+logger.max_queue=abc"],
+        "logger.max_queue='abc' must be an integer, e.g. logger.max_queue=10",
+    ),
+    "tensorboard_suffix_a_path": (  # had written its events elsewhere, or failed
+        ["+logger.filename_suffix=/../x"],
+        "logger.filename_suffix=/../x must be a file name's end, without /",
+    ),
+    "logger_key_unknown": (
+        ["+logger.max_queu=3"],
+        "logger.max_queu is not a setting of the logger: did you mean logger.max_queue?",
+    ),
     "accumulate_grad_batches_zero": (  # had been a ZeroDivisionError mid-epoch
         ["+trainer.accumulate_grad_batches=0"],
         "trainer.accumulate_grad_batches=0 must be 1 or more (the batches whose gradients each "
