@@ -35,6 +35,12 @@ def test_swept_keys_come_from_the_command_line_and_the_sweeper():
     overrides = ["trainer.devices=1,2", "seed=3", "+trainer.x=range(1,3)", "data=a,b"]
     keys = swept_keys(overrides, {"model.optimizer.lr": "0.1,0.2", "data": "a,b"})
     assert keys == ["trainer.devices", "trainer.x", "data", "model.optimizer.lr"]
+    # A searched key the config lacks (Optuna's +key) names its jobs' folders as the key they
+    # set: without its +, each trial had been named as the first, whose folder it then found.
+    searched = swept_keys(["model.optimizer.lr=0.1"], {"+trainer.gradient_clip_val": "x"})
+    assert searched == ["trainer.gradient_clip_val"]
+    job = ["+trainer.gradient_clip_val=0.55", "model.optimizer.lr=0.1"]
+    assert job_folder_name(job, searched, 1) == "gradient_clip_val_0.55"
 
 
 def test_job_folders_name_the_swept_values():

@@ -40,8 +40,8 @@ def swept_keys(task_overrides: Iterable[str], sweeper_params: dict | None) -> li
 
     parsed = OverridesParser.create().parse_overrides(list(task_overrides))
     keys = [o.key_or_group for o in parsed if o.is_sweep_override()]
-    keys += [str(k) for k in (sweeper_params or {}) if str(k) not in keys]
-    return keys
+    searched = (str(k).lstrip("+") for k in sweeper_params or {})  # +key: one the config lacks
+    return keys + [key for key in dict.fromkeys(searched) if key not in keys]
 
 
 def share_swept_keys(config: DictConfig) -> None:
