@@ -702,3 +702,27 @@ def test_a_max_steps_run_resumed_at_an_epochs_end_matches_one_never_stopped(tmp_
     ]
     for name, value in weights[0].items():
         torch.testing.assert_close(value, weights[1][name], msg=name)
+
+
+@examples(40)
+@given(
+    st.text(
+        st.characters(blacklist_categories=("Cs", "Cc"), blacklist_characters="\\$"),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_a_printed_checkpoint_path_pastes_back_as_that_path(name):
+    """``resume with ckpt_path=...`` is pasted back as it is printed: the shell reads it as one
+    word and Hydra's grammar as that path, whatever the folder's name (spaces, quotes,
+    letters beyond ASCII had been printed bare: neither read them)."""
+    import shlex
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from multigpu.run.resume import as_typed
+
+    path = Path("/runs") / name.replace("/", "_") / "checkpoints" / "last.ckpt"
+    (word,) = shlex.split(as_typed(path))
+    override = OverridesParser.create().parse_override(word)
+    assert override.key_or_group == "ckpt_path" and override.value() == str(path)

@@ -47,7 +47,14 @@ from multigpu.config.job_names import task_overrides
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, check_batch_given, resolve_run
 from multigpu.data.locate import check_reachable
-from multigpu.run.resume import Checked, Resume, allowed_changes, plan_init, plan_resume
+from multigpu.run.resume import (
+    Checked,
+    Resume,
+    allowed_changes,
+    as_typed,
+    plan_init,
+    plan_resume,
+)
 from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ckpt_path import LAST, PREVIOUS
 from multigpu.storage.ownership import check_free, holder, is_free
@@ -813,7 +820,7 @@ def folder_state(
             raise OccupiedFolder(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
-                f"ckpt_path={last} trainer.max_epochs={max_epochs}"
+                f"{as_typed(last)} trainer.max_epochs={max_epochs}"
             )
         return Folder(finished=previous)
     history = previous.get("history")

@@ -15,6 +15,7 @@ its own settings are what is compared.
 from __future__ import annotations
 
 import logging
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from multigpu.config.errors import (
     closest,
     did_you_mean,
 )
+from multigpu.config.job_names import SAFE
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
 from multigpu.storage.outcome import outcome_of
@@ -87,6 +89,16 @@ class Checked:
         return checkpoint if canonical(path) == canonical(self.path) else None
 
 
+def as_typed(checkpoint: Path) -> str:
+    """``ckpt_path=<checkpoint>`` as it is pasted back: the path in Hydra's quotes where it has
+    characters Hydra's grammar does not take bare (a space, a letter beyond ASCII), the whole
+    in the shell's where the shell would read one."""
+    path = str(checkpoint)
+    if not set(path) <= {*SAFE, "/"}:
+        path = '"' + path.replace('"', '\\"') + '"'  # a backslash stays one, but before "
+    return shlex.quote(f"ckpt_path={path}")
+
+
 def resume_hint(
     checkpoints: Path, resumed: Path | None = None, runs_dir: str | Path | None = None
 ) -> str:
@@ -96,9 +108,9 @@ def resume_hint(
     last = checkpoints / LAST
     if last.is_file():
         latest = runs_dir is not None and is_within(checkpoints, runs_dir)
-        return f"resume with ckpt_path={last}" + (" (or ckpt_path=latest)" if latest else "")
+        return f"resume with {as_typed(last)}" + (" (or ckpt_path=latest)" if latest else "")
     if resumed is not None:
-        return f"no epoch had finished since the resume: resume with ckpt_path={resumed} again"
+        return f"no epoch had finished since the resume: resume with {as_typed(resumed)} again"
     return "no epoch had finished, so there is no checkpoint to resume"
 
 

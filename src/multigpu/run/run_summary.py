@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ def shown_path(path: str | Path) -> str:
 
 
 def tensorboard_line(folder: str | Path) -> str:
-    return f"look at it: tensorboard --logdir {shown_path(folder)}"
+    return f"look at it: tensorboard --logdir {shlex.quote(shown_path(folder))}"
 
 
 def has_tensorboard_logs(folder: Path) -> bool:
