@@ -646,7 +646,8 @@ def hydra_refuses_dropping(config: str, overrides: tuple[str, ...], key: str) ->
     return not hydra_accepts(composed, config, (*overrides, f"~{key}"))
 
 
-@examples(5)
+@pytest.mark.slow
+@SLOW_HYPOTHESIS
 @given(st.data())
 def test_a_key_set_with_a_drop_of_it_or_its_node_is_one_line_where_hydra_refuses_it(data):
     """``~data data.batch_size=16``, ``~seed seed=3``: Hydra refused to set a key it had
