@@ -567,5 +567,5 @@ def test_a_run_folder_under_paths_runs_dir_names_that_setting_too(tmp_path, caps
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: cannot write {folder}: {tmp_path / 'f'} is a file")
     assert line.endswith(
-        f"pass a writable hydra.run.dir (or paths.runs_dir={runs_dir}, which holds it)"
+        f"pass a writable hydra.run.dir, or a paths.runs_dir other than {runs_dir}, which holds it"
     )

@@ -866,3 +866,17 @@ def test_the_jobs_checked_before_a_study_take_every_pair_of_values(sizes):
         assert taken == set(itertools.product(values[a], values[b]))
     for key, taken in values.items():
         assert {job[key] for job in jobs} == set(taken)
+
+
+def test_a_sampler_that_cannot_be_made_names_what_to_change():
+    """A sampler that exists but refuses its settings (``seed=-5``) is told to change them, not
+    to pick another sampler; one that does not exist is told the samplers there are."""
+    from multigpu.run.optuna_check import made_sampler
+
+    with pytest.raises(UserError) as refused:
+        made_sampler({"_target_": "optuna.samplers.RandomSampler", "seed": -5})
+    said = str(refused.value)
+    assert said.startswith("hydra.sweeper.sampler._target_=optuna.samplers.RandomSampler: ")
+    assert said.endswith("; change the hydra.sweeper.sampler.<setting> it names")
+    with pytest.raises(UserError, match=r"cannot be made \(.*\); pick one of "):
+        made_sampler({"_target_": "optuna.samplers.NoSuchSampler"})

@@ -692,7 +692,7 @@ def run_folder_setting(folder: str | Path, runs_dir: str | None) -> str:
     folder lies under it (Hydra's default name for it), which a user may have given instead."""
     if runs_dir is None or not is_within(folder, runs_dir):
         return RUN_FOLDER
-    return f"{RUN_FOLDER} (or paths.runs_dir={runs_dir}, which holds it)"
+    return f"{RUN_FOLDER}, or a paths.runs_dir other than {runs_dir}, which holds it"
 
 
 def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> None:

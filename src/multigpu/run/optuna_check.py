@@ -13,6 +13,7 @@ search space and the storage as the study will, importing Optuna.
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import functools
 import itertools
@@ -560,17 +561,20 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     """An Optuna sampler other than the grid (a grid is a basic sweep: list the values)."""
     quiet_alembic()
     import optuna
-    from hydra.utils import instantiate
+    from hydra.utils import get_object, instantiate
 
     target = sampler.get("_target_")
     check_not_grid(sampler)
     try:
         made = instantiate(sampler)
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
+        fix = f"pick one of {SAMPLERS}"
+        with contextlib.suppress(Exception):  # it exists: its settings are what it refuses
+            get_object(str(target))
+            fix = "change the hydra.sweeper.sampler.<setting> it names"
         raise UserError(
             f"hydra.sweeper.sampler._target_={target}: cannot be made "
-            f"({summary_line(err.__cause__ or err)}); "
-            f"pick one of {SAMPLERS}"
+            f"({summary_line(err.__cause__ or err)}); {fix}"
         ) from None
     if isinstance(made, functools.partial) or not isinstance(made, optuna.samplers.BaseSampler):
         what = "made only in part (_partial_)" if isinstance(made, functools.partial) else None
