@@ -83,8 +83,9 @@ def check_one_line_error(result, expected_status: int, text: str, cwd: Path, sta
 
 LABELS = "t10k-labels-idx1-ubyte"
 IMAGES = "t10k-images-idx3-ubyte"
-# A malformed file through a real run: one line, exit 2. The reader's other refusals (sizes,
-# a label outside 0-9, a truncated .gz) are checked in-process by tests/test_data.py.
+# A malformed file through a real run: one line, exit 2, nothing written. The reader's other
+# refusals (sizes, a label outside 0-9, a truncated .gz) are checked in-process by
+# tests/test_data.py.
 DATA_CASES = {
     "wrong_magic": (LABELS, struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
 }
@@ -263,7 +264,7 @@ def test_bad_config_value(case, outcomes):
 def test_malformed_data_file(case, outcomes):
     name, _, text = DATA_CASES[case]
     result, cwd = outcomes[f"data:{case}"]
-    check_one_line_error(result, 2, text, cwd, started=True)
+    check_one_line_error(result, 2, text, cwd, started=False)  # read before any folder is made
     assert str(cwd / "data" / "FashionMNIST" / "raw" / name) in result.stderr
 
 

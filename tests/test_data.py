@@ -112,21 +112,45 @@ def test_truncated_gz_names_the_file_and_leaves_no_partial(tmp_path, shared_data
     assert not list(raw.glob("*.partial"))
 
 
-@pytest.mark.parametrize(
-    "name,payload,message",
-    [
-        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
-        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 10_000) + bytes(9_000), "truncated"),
-        ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 3) + bytes([1, 12, 3]), "label 12"),
-        ("t10k-images-idx3-ubyte", struct.pack(">IIII", 0x0803, 2, 32, 32) + bytes(2048), "size"),
-    ],
-)
+MALFORMED = [
+    ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0803, 10_000) + bytes(10_000), "magic"),
+    ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 10_000) + bytes(9_000), "truncated"),
+    ("t10k-labels-idx1-ubyte", struct.pack(">II", 0x0801, 3) + bytes([1, 12, 3]), "label 12"),
+    ("t10k-images-idx3-ubyte", struct.pack(">IIII", 0x0803, 2, 32, 32) + bytes(2048), "size"),
+    ("train-labels-idx1-ubyte", struct.pack(">II", 0x0801, 3) + bytes(3), "3 labels"),
+]
+
+
+@pytest.mark.parametrize("name,payload,message", MALFORMED)
 def test_malformed_idx_files_name_the_file(tmp_path, shared_data, name, payload, message):
     raw = copy_raw(shared_data, tmp_path)
     write_gz(raw / f"{name}.gz", payload)
     with pytest.raises(UserError, match=message) as err:
         FashionMNISTDataModule(root=str(tmp_path), download=False).prepare_data()
     assert str(raw / name) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name,payload,message", [*MALFORMED, ("t10k-labels-idx1-ubyte", None, "")])
+def test_malformed_files_of_a_source_are_refused_before_a_run_writes(
+    tmp_path, shared_data, name, payload, message
+):
+    """A broken ``.gz`` in ``data.source`` had been unpacked, and refused, only once the run's
+    folder and record were made: ``check_reachable`` (the admission's) reads each file where
+    it is, unpacking in memory, and writes nothing (None: a ``.gz`` cut short)."""
+    from multigpu.data.locate import check_reachable
+
+    source = copy_raw(shared_data, tmp_path / "source")
+    packed = source / f"{name}.gz"
+    if payload is None:
+        packed.write_bytes(packed.read_bytes()[: packed.stat().st_size // 2])
+        message = "cannot be unpacked .*truncated or corrupt"
+    else:
+        write_gz(packed, payload)
+    with pytest.raises(UserError, match=message) as err:
+        check_reachable(tmp_path / "root", source, False)
+    said = str(err.value)
+    assert said.startswith(str(source)) and f"{name}" in said and "\n" not in said
+    assert not (tmp_path / "root").exists()
 
 
 @pytest.mark.slow

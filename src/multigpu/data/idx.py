@@ -7,12 +7,15 @@ usable here, without any checksum, and every file is checked for shape before tr
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import gzip
 import math
 import shutil
 import struct
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 from multigpu.config.errors import UserError
 from multigpu.storage.atomic import atomic_file, write_failed
@@ -29,9 +32,9 @@ RAW_FILES = {
 ALL_RAW_FILES = [name for pair in RAW_FILES.values() for name in pair]
 
 
-def read_header(path: Path) -> tuple[int, tuple[int, ...]]:
-    """Return (magic, dims) of an uncompressed IDX file."""
-    with open(path, "rb") as f:
+def read_header(path: Path, f: BinaryIO | None = None) -> tuple[int, tuple[int, ...]]:
+    """Return (magic, dims) of an IDX file (``f``: read from it, e.g. unpacking, instead)."""
+    with open(path, "rb") if f is None else contextlib.nullcontext(f) as f:
         head = f.read(4)
         if len(head) < 4:
             raise UserError(
@@ -57,15 +60,25 @@ def unreadable(path: Path, error: OSError) -> UserError:
 
 
 def check_idx(path: Path, kind: str) -> int:
-    """Check magic number, dimensions and size of an images or labels file; return its count."""
+    """Check magic number, dimensions and size of an images or labels file, unpacked or
+    ``.gz`` (unpacked in memory); return its count."""
     try:
-        return check_idx_file(path, kind)
+        if path.suffix != ".gz":
+            return check_idx_file(path, kind)
+        with gzip.open(path, "rb") as packed:
+            return check_idx_file(path, kind, packed)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+        raise UserError(
+            f"{path}: cannot be unpacked ({err}); the file is truncated or corrupt, "
+            "delete it and fetch it again"
+        ) from None
     except OSError as error:
         raise unreadable(path, error) from None
 
 
-def check_idx_file(path: Path, kind: str) -> int:
-    magic, dims = read_header(path)
+def check_idx_file(path: Path, kind: str, packed: BinaryIO | None = None) -> int:
+    """``packed``: the file's contents, unpacked as they are read (nothing is written)."""
+    magic, dims = read_header(path, packed)
     expected = IMAGES_MAGIC if kind == "images" else LABELS_MAGIC
     if magic != expected:
         raise UserError(
@@ -76,14 +89,20 @@ def check_idx_file(path: Path, kind: str) -> int:
         raise UserError(f"{path}: images of size {dims[1:]}, expected {IMAGE_SHAPE}; wrong file?")
     header = 4 + 4 * len(dims)
     expected_size = header + math.prod(dims)
-    actual_size = path.stat().st_size
+    if packed is None:
+        actual_size = path.stat().st_size
+        labels = path.read_bytes()[header:] if kind == "labels" else b""
+    else:  # one byte a label: no numpy before the config is checked
+        actual_size, labels = header, bytearray()
+        while chunk := packed.read(1 << 20):
+            actual_size += len(chunk)
+            labels += chunk if kind == "labels" else b""
     if actual_size != expected_size:
         raise UserError(
             f"{path}: {actual_size} bytes, but its header announces {expected_size}; "
             "the file is truncated or corrupt, delete it and fetch it again"
         )
     if kind == "labels":
-        labels = path.read_bytes()[header:]  # one byte each: no numpy before the config is checked
         if labels and max(labels) >= NUM_CLASSES:
             bad = max(labels)
             raise UserError(f"{path}: label {bad} outside 0-{NUM_CLASSES - 1}; the file is corrupt")
@@ -133,15 +152,34 @@ def prepare_raw_folder(raw: Path, source: Path | None = None) -> bool:
             _fill(target, folders)
     if missing_files(raw):
         return False
-    for images, labels in RAW_FILES.values():
-        n_images = check_idx(raw / images, "images")
-        n_labels = check_idx(raw / labels, "labels")
-        if n_images != n_labels:
-            raise UserError(
-                f"{raw / images} holds {n_images} images but {raw / labels} {n_labels} labels; "
-                "the pair does not belong together, fetch both again"
-            )
+    check_found([raw])
     return True
+
+
+@functools.cache
+def checked(path: str, kind: str, size: int, mtime_ns: int) -> int:
+    return check_idx(Path(path), kind)
+
+
+def check_found(folders: list[Path]) -> None:
+    """The checks of each file found, where it would be taken from (the first folder holding
+    it, unpacked or as ``.gz``, read in memory: nothing is written), and of each pair's counts:
+    a broken file is refused before a run's folder is made."""
+    counts = {}
+    for name in ALL_RAW_FILES:
+        kind = "images" if "images" in name else "labels"
+        found = [p for f in folders for p in (f / name, f / f"{name}.gz") if p.exists()]
+        if found:
+            stat = found[0].stat()  # a sweep checks every job's: each file once, as it is
+            counts[name] = (found[0], checked(str(found[0]), kind, stat.st_size, stat.st_mtime_ns))
+    for images, labels in RAW_FILES.values():
+        if images in counts and labels in counts:
+            (images_path, n_images), (labels_path, n_labels) = counts[images], counts[labels]
+            if n_images != n_labels:
+                raise UserError(
+                    f"{images_path} holds {n_images} images but {labels_path} {n_labels} "
+                    "labels; the pair does not belong together, fetch both again"
+                )
 
 
 def found_in(folder: Path, name: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from multigpu.config.errors import UserError, WriteFailed
-from multigpu.data.idx import ALL_RAW_FILES, found_in, missing_files
+from multigpu.data.idx import ALL_RAW_FILES, check_found, found_in, missing_files
 from multigpu.storage.atomic import check_creatable
 
 SOURCE_URL = "https://github.com/zalandoresearch/fashion-mnist#get-the-data"
@@ -61,6 +61,7 @@ def check_reachable(root: str | Path, source: str | Path | None, download: bool)
     source = Path(source).expanduser() if source else None
     check_source(source)
     raw, found = raw_folder(root), source_folder(source)
+    check_found([raw, *([found] if found is not None else [])])  # each file where it is
     if not missing_files(raw):
         return  # all four unpacked already: nothing to write
     try:
