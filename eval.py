@@ -11,9 +11,9 @@ quiet()
 if __name__ == "__main__":
     stops_in_one_line()  # SIGTERM and the like too, before the run's own handling holds them
     with one_line_on_ctrl_c():
-        from multigpu.run.command_line import check_command_line
+        from multigpu.run.command_line import check_command_line, evaluation_values
 
-        check_command_line("eval")  # a misspelt key or option: one line, exit 2
+        check_command_line("eval", evaluation_values)  # a misspelt key or option: exit 2
 
 import json
 import sys

@@ -240,3 +240,16 @@ def test_eval_checks_its_environment_as_training_does(finished_run, monkeypatch,
         )
     with pytest.raises(UserError, match=f"^{re.escape(said)}"):
         evaluate(cfg)
+
+
+def test_eval_keeps_no_copy_of_its_config():
+    """``eval.py ... hydra.run.dir=<run> hydra.output_subdir=.hydra`` had replaced the run's
+    own copy of its config (found by a fresh try): refused before Hydra starts the job."""
+    from multigpu.run.command_line import evaluation_values, refusal
+
+    argv = ["ckpt_path=r1/checkpoints/last.ckpt", "hydra.run.dir=r1", "hydra.output_subdir=.hydra"]
+    assert refusal(argv, "eval", evaluation_values) == (
+        "hydra.output_subdir=.hydra: eval.py writes nothing, not even a copy of its config (its "
+        "result is the JSON on stdout); drop it"
+    )
+    assert refusal(argv[:2], "eval", evaluation_values) is None

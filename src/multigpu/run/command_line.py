@@ -174,3 +174,15 @@ def training_values(cfg: Any) -> None:
     from multigpu.config.settings import Machine, resolve_run
 
     resolve_run(cfg, dict(cfg.hydra.runtime.choices), Machine.this(multirun=False))
+
+
+def evaluation_values(cfg: Any) -> None:
+    """What eval.py refuses before Hydra starts its job: a copy of its config
+    (``hydra.output_subdir``), which Hydra writes as the job starts, into a folder that may be a
+    run's (whose own copy it would replace). eval.py writes nothing: its result is stdout's."""
+    subdir = cfg.hydra.get("output_subdir")
+    if subdir is not None:
+        raise UserError(
+            f"hydra.output_subdir={subdir}: eval.py writes nothing, not even a copy of its config "
+            "(its result is the JSON on stdout); drop it"
+        )
