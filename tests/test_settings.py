@@ -662,14 +662,18 @@ def test_a_launchers_mark_without_what_it_sets_beside_is_refused(environ, said):
         ({"MASTER_PORT": "abc"}, "MASTER_PORT='abc' is not a TCP port (1 to 65535)"),
         ({"MASTER_PORT": "65536"}, "MASTER_PORT='65536' is not a TCP port (1 to 65535)"),
         ({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "65535"}, None),
+        ({"MASTER_ADDR": "nohost.invalid", "MASTER_PORT": "29500"}, "MASTER_ADDR="
+         "'nohost.invalid' is no host this machine can find ("),  # .invalid: never a host
+        ({"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}, None),
     ],
     ids=["trainer_default", "not_an_argument", "srun_rank_beyond", "srun_tasks_no_number",
-         "port_no_number", "port_too_high", "port_highest"],
+         "port_no_number", "port_too_high", "port_highest", "address_unknown", "address_known"],
 )  # fmt: skip
 def test_what_the_environment_changes_behind_the_config_is_refused(environ, said):
     """Found by a fresh try: ``PL_TRAINER_LIMIT_TRAIN_BATCHES=1`` trained one batch an epoch,
     recorded as whole ones; ``SLURM_PROCID=1`` of one task trained unrecorded and exited 0;
-    ``MASTER_PORT=abc`` was a traceback once the run's folder was made."""
+    ``MASTER_PORT=abc`` was a traceback once the run's folder was made, an unknown
+    ``MASTER_ADDR`` one after the collective's time-out."""
     if said is None:
         check_launched(environ)
         return

@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -163,7 +164,7 @@ def check_launched(environ: Mapping[str, str]) -> None:
                 f"{environ[name]} behind the config and the run's record; unset {name} (a run "
                 f"takes +trainer.{argument}={environ[name]} on its command line)"
             )
-    check_port(environ)
+    check_rendezvous(environ)
     given = [name for name in PROCESS_VARIABLES if name in environ]
     counts = [n for _, n in RANKS if n in environ and n not in given]
     for name in (n for n in (*given, *counts) if not environ[n].strip().isdigit()):
@@ -204,15 +205,26 @@ def check_launched(environ: Mapping[str, str]) -> None:
     )
 
 
-def check_port(environ: Mapping[str, str]) -> None:
-    """``MASTER_PORT``, where DDP's processes meet, is a TCP port: else a traceback from deep in
-    torch, after the run's folder was made."""
-    port = environ.get("MASTER_PORT")
+def check_rendezvous(environ: Mapping[str, str]) -> None:
+    """Where DDP's processes meet: ``MASTER_PORT`` a TCP port and ``MASTER_ADDR`` a host this
+    machine can find, else a traceback from deep in torch after the run's folder was made
+    (an unknown host: after ``strategy.timeout_s``, its words those of a peer that failed)."""
+    port, address = environ.get("MASTER_PORT"), environ.get("MASTER_ADDR")
     if port is not None and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
         raise UserError(
             f"MASTER_PORT={port!r} is not a TCP port (1 to 65535): unset it (Lightning picks a "
             "free one), or give a free port, e.g. MASTER_PORT=29500"
         )
+    if address is None:
+        return
+    try:
+        socket.getaddrinfo(address, None)
+    except (OSError, UnicodeError) as err:
+        reason = getattr(err, "strerror", None) or type(err).__name__
+        raise UserError(
+            f"MASTER_ADDR={address!r} is no host this machine can find ({reason}): unset it "
+            "(one machine: Lightning uses 127.0.0.1), or give rank 0's host name or address"
+        ) from None
 
 
 # Overrides that say where a run reads and writes, or how it shows: no part of its name.
