@@ -868,9 +868,10 @@ def test_the_jobs_checked_before_a_study_take_every_pair_of_values(sizes):
         assert {job[key] for job in jobs} == set(taken)
 
 
-def test_a_sampler_that_cannot_be_made_names_what_to_change():
+def test_a_sampler_that_cannot_be_made_names_what_to_change(caplog):
     """A sampler that exists but refuses its settings (``seed=-5``) is told to change them, not
-    to pick another sampler; one that does not exist is told the samplers there are."""
+    to pick another sampler; one that does not exist (or a module) is told the samplers there
+    are; and nothing is logged beside the one line."""
     from multigpu.run.optuna_check import made_sampler
 
     with pytest.raises(UserError) as refused:
@@ -878,5 +879,7 @@ def test_a_sampler_that_cannot_be_made_names_what_to_change():
     said = str(refused.value)
     assert said.startswith("hydra.sweeper.sampler._target_=optuna.samplers.RandomSampler: ")
     assert said.endswith("; change the hydra.sweeper.sampler.<setting> it names")
-    with pytest.raises(UserError, match=r"cannot be made \(.*\); pick one of "):
-        made_sampler({"_target_": "optuna.samplers.NoSuchSampler"})
+    for target in ("optuna.samplers.NoSuchSampler", "optuna.samplers"):
+        with pytest.raises(UserError, match=r"cannot be made \(.*\); pick one of "):
+            made_sampler({"_target_": target})
+    assert caplog.records == []

@@ -651,8 +651,14 @@ def test_a_launchers_mark_without_what_it_sets_beside_is_refused(environ, said):
     [
         ({"PL_TRAINER_LIMIT_TRAIN_BATCHES": "1"}, "PL_TRAINER_LIMIT_TRAIN_BATCHES=1 is set: "
          "Lightning would give the Trainer limit_train_batches=1 behind the config and the "
-         "run's record; unset PL_TRAINER_LIMIT_TRAIN_BATCHES (a run takes "
-         "+trainer.limit_train_batches=1 on its command line)"),
+         "run's record; unset PL_TRAINER_LIMIT_TRAIN_BATCHES, and set trainer."
+         "limit_train_batches in the config (+trainer.limit_train_batches=... where it has "
+         "none)"),
+        ({"PL_TRAINER_MAX_EPOCHS": "1\n2"}, "PL_TRAINER_MAX_EPOCHS='1\\n2' is set"),
+        ({"PL_TRAINER_MAX_EPOCHS": ""}, None),  # Lightning skips an empty one
+        ({"MASTER_PORT": "²"}, "MASTER_PORT='²' is not a TCP port"),
+        ({"SLURM_JOB_ID": "1", **SRUN_2, "SLURM_NTASKS": "²"}, "SLURM_NTASKS='²' is not a "
+         "process number"),
         ({"PL_TRAINER_NOSUCH": "1"}, None),  # Lightning reads only its Trainer's arguments
         ({"SLURM_JOB_ID": "123", **SRUN_2, "SLURM_NTASKS": "1", "SLURM_PROCID": "1"},
          "SLURM_PROCID=1 is not a process of SLURM_NTASKS=1 (ranks count from 0 to "
@@ -666,7 +672,8 @@ def test_a_launchers_mark_without_what_it_sets_beside_is_refused(environ, said):
          "'nohost.invalid' is no host this machine can find ("),  # .invalid: never a host
         ({"MASTER_ADDR": "localhost", "MASTER_PORT": "29500"}, None),
     ],
-    ids=["trainer_default", "not_an_argument", "srun_rank_beyond", "srun_tasks_no_number",
+    ids=["trainer_default", "value_of_two_lines", "empty", "port_not_ascii", "tasks_not_ascii",
+         "not_an_argument", "srun_rank_beyond", "srun_tasks_no_number",
          "port_no_number", "port_too_high", "port_highest", "address_unknown", "address_known"],
 )  # fmt: skip
 def test_what_the_environment_changes_behind_the_config_is_refused(environ, said):

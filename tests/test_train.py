@@ -215,20 +215,29 @@ def test_eval_checks_its_data_as_training_does(finished_run, overrides, said):
         evaluate(cfg)
 
 
+SLURM_TASK = {"SLURM_JOB_ID": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+
+
 @pytest.mark.parametrize(
     ("environ", "said"),
     [
         ({"PL_TRAINER_LIMIT_TEST_BATCHES": "1"}, "PL_TRAINER_LIMIT_TEST_BATCHES=1 is set: "
          "Lightning would give the Trainer limit_test_batches=1"),
-        ({"SLURM_JOB_ID": "1", "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1",
-          "SLURM_NODEID": "0"}, "eval.py runs in one process, but the launcher started 2: "
+        ({**SLURM_TASK, "SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1"},
+         "eval.py runs in one process, but this is process 1 of the 2 the launcher started: "
          "start it once"),
+        ({**SLURM_TASK, "SLURM_NTASKS": "4", "SLURM_PROCID": "0", "SLURM_NTASKS_PER_NODE": "4",
+          "PL_TRAINER_LIMIT_TEST_BATCHES": ""}, None),
+        ({**SLURM_TASK, "SLURM_NTASKS": "4", "SLURM_PROCID": "0"},
+         "eval.py in a SLURM job of 4 tasks without --ntasks-per-node"),
     ],
-    ids=["trainer_default", "srun_tasks"],
+    ids=["trainer_default", "srun_second_task", "batch_script_of_a_job_of_tasks",
+         "batch_script_without_tasks_per_node"],
 )  # fmt: skip
 def test_eval_checks_its_environment_as_training_does(finished_run, monkeypatch, environ, said):
     """Found by a fresh try: ``PL_TRAINER_LIMIT_TEST_BATCHES=1`` evaluated one batch and
-    reported the whole test set's size; two srun tasks ended in a traceback."""
+    reported the whole test set's size; two srun tasks ended in a traceback. A job's batch
+    script (the first of its tasks) evaluates, and an empty variable is Lightning's nothing."""
     ckpt = finished_run / "checkpoints" / "last.ckpt"
     for name, value in environ.items():
         monkeypatch.setenv(name, value)
@@ -238,6 +247,9 @@ def test_eval_checks_its_environment_as_training_does(finished_run, monkeypatch,
             overrides=[f"ckpt_path={ckpt}", f"paths.output_dir={finished_run}"],
             return_hydra_config=True,
         )
+    if said is None:
+        assert 0 <= evaluate(cfg)["test_acc"] <= 1
+        return
     with pytest.raises(UserError, match=f"^{re.escape(said)}"):
         evaluate(cfg)
 

@@ -83,6 +83,8 @@ RANKS = (
 # the config and the run's record (``PL_TRAINER_LIMIT_TRAIN_BATCHES=1`` trained one batch an
 # epoch, recorded as whole epochs).
 TRAINER_DEFAULTS = "PL_TRAINER_"
+NUMBER = re.compile(r"\s*[0-9]+\s*")  # a process number or a port, as int() reads it (ASCII)
+TOKEN = re.compile(r"[\w.+-]+", re.ASCII)  # a value shown as it is, else quoted on one line
 
 
 # What says which process of a run this is: Lightning and ``multigpu.storage.record.is_rank_zero``
@@ -156,18 +158,19 @@ def check_launched(environ: Mapping[str, str]) -> None:
     a run's. Set by hand (an export left over, a command copied from a launcher's log) it is
     believed: ``LOCAL_RANK=1`` trained alone as rank 1, which writes nothing, and exited 0
     without a record or a lock. Refused unless a launcher's other variables are there too."""
-    for name in sorted(n for n in environ if n.startswith(TRAINER_DEFAULTS)):
-        argument = name.removeprefix(TRAINER_DEFAULTS).lower()
+    for name in sorted(n for n in environ if n.startswith(TRAINER_DEFAULTS) and environ[n]):
+        argument = name.removeprefix(TRAINER_DEFAULTS).lower()  # Lightning skips an empty one
         if argument in TRAINER_ARGUMENTS:
+            value = environ[name] if TOKEN.fullmatch(environ[name]) else repr(environ[name])
             raise UserError(
-                f"{name}={environ[name]} is set: Lightning would give the Trainer {argument}="
-                f"{environ[name]} behind the config and the run's record; unset {name} (a run "
-                f"takes +trainer.{argument}={environ[name]} on its command line)"
+                f"{name}={value} is set: Lightning would give the Trainer {argument}={value} "
+                f"behind the config and the run's record; unset {name}, and set trainer."
+                f"{argument} in the config (+trainer.{argument}=... where it has none)"
             )
     check_rendezvous(environ)
     given = [name for name in PROCESS_VARIABLES if name in environ]
     counts = [n for _, n in RANKS if n in environ and n not in given]
-    for name in (n for n in (*given, *counts) if not environ[n].strip().isdigit()):
+    for name in (n for n in (*given, *counts) if not NUMBER.fullmatch(environ[n])):
         raise UserError(
             f"{name}={environ[name]!r} is not a process number (launchers set 0, 1, ...): "
             f"unset {name}, or start the run with torchrun or srun"
@@ -210,7 +213,7 @@ def check_rendezvous(environ: Mapping[str, str]) -> None:
     machine can find, else a traceback from deep in torch after the run's folder was made
     (an unknown host: after ``strategy.timeout_s``, its words those of a peer that failed)."""
     port, address = environ.get("MASTER_PORT"), environ.get("MASTER_ADDR")
-    if port is not None and not (port.strip().isdigit() and 1 <= int(port) <= 65535):
+    if port is not None and not (NUMBER.fullmatch(port) and 1 <= int(port) <= 65535):
         raise UserError(
             f"MASTER_PORT={port!r} is not a TCP port (1 to 65535): unset it (Lightning picks a "
             "free one), or give a free port, e.g. MASTER_PORT=29500"
@@ -287,11 +290,14 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
     return f"{started}-{label}" if label else started
 
 
-def processes_started(environ: Mapping[str, str]) -> int:
-    """How many processes a cluster launcher started this one among (1: none did)."""
+def processes_started(environ: Mapping[str, str]) -> tuple[int, int]:
+    """(this process's rank, how many) a cluster launcher started it among ((0, 1): none did;
+    a SLURM batch script counts as its job's first task)."""
     if torchrun_started(environ):
-        return int(environ.get("WORLD_SIZE", "1"))
-    return int(environ.get("SLURM_NTASKS", "1")) if slurm_started(environ) else 1
+        return int(environ["RANK"]), int(environ.get("WORLD_SIZE", "1"))
+    if slurm_started(environ):
+        return int(environ.get("SLURM_PROCID", "0")), int(environ.get("SLURM_NTASKS", "1"))
+    return 0, 1
 
 
 def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_device: bool) -> None:
@@ -299,7 +305,7 @@ def check_world(environ: Mapping[str, str], per_node: int, nodes: int, per_devic
     device under DDP (``trainer.devices`` x ``trainer.num_nodes``), else one; and a process
     that says it is one of several must have been started by a launcher."""
     check_launched(environ)
-    started = processes_started(environ)
+    started = processes_started(environ)[1]
     if torchrun_started(environ):
         on_node = int(environ.get("LOCAL_WORLD_SIZE", "1"))
         fix = f"torchrun --nproc_per_node={per_node} --nnodes={nodes}"

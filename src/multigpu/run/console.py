@@ -135,7 +135,8 @@ def stops_in_one_line() -> None:
 
     def stop(signum: int, frame: object) -> None:
         if not started_by_rank_zero():  # rank 0 says how the run ended, naming this one
-            os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
+            with contextlib.suppress(OSError):  # stderr gone (closed, | head): the status says it
+                os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
         os._exit(128 + signum)
 
     for signum in stop_signals(os.environ):

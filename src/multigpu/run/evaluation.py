@@ -18,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
-from multigpu.config.launch import check_launched, processes_started
+from multigpu.config.launch import check_launched, processes_started, slurm_started
 from multigpu.config.names import MATMUL_PRECISIONS
 from multigpu.config.schema import Top, check_types, config_tree, default_of
 from multigpu.config.settings import (
@@ -83,10 +83,16 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     check_types(cfg)
     check_evaluation(cfg, choices_of(cfg))
     check_launched(os.environ)  # what a launcher's variables promise, and Lightning's own
-    if (started := processes_started(os.environ)) > 1:
+    rank, started = processes_started(os.environ)
+    if rank > 0:  # the first (a batch script's own, say) evaluates; the others would repeat it
         raise UserError(
-            f"eval.py runs in one process, but the launcher started {started}: start it once "
-            "(srun --ntasks=1, or python eval.py without torchrun)"
+            f"eval.py runs in one process, but this is process {rank} of the {started} the "
+            "launcher started: start it once (srun --ntasks=1, or python eval.py without torchrun)"
+        )
+    if started > 1 and slurm_started(os.environ) and "SLURM_NTASKS_PER_NODE" not in os.environ:
+        raise UserError(  # Lightning's SLURM environment: a RuntimeError's traceback
+            f"eval.py in a SLURM job of {started} tasks without --ntasks-per-node, which "
+            "Lightning cannot read: run it as one task, srun --ntasks=1 python eval.py ..."
         )
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device

@@ -236,7 +236,8 @@ def set_up(
     if cfg.get("phases"):
         callbacks.append(PhaseTimer(output_dir / "phases.json"))
     # No bar configured: no bar, not Lightning's own (redrawn, reading the loss, every step).
-    bar = cfg.trainer.get("enable_progress_bar", any(isinstance(c, ProgressBar) for c in callbacks))
+    bar = cfg.trainer.get("enable_progress_bar")  # null: as the callbacks say
+    bar = any(isinstance(c, ProgressBar) for c in callbacks) if bar is None else bar
     if not bar:  # +trainer.enable_progress_bar=false: the configured bar too (Lightning refused it)
         callbacks = [c for c in callbacks if not isinstance(c, ProgressBar)]
     trainer = build_trainer(

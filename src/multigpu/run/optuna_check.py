@@ -561,7 +561,8 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     """An Optuna sampler other than the grid (a grid is a basic sweep: list the values)."""
     quiet_alembic()
     import optuna
-    from hydra.utils import get_object, instantiate
+    from hydra._internal.utils import _locate
+    from hydra.utils import instantiate
 
     target = sampler.get("_target_")
     check_not_grid(sampler)
@@ -569,9 +570,9 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
         made = instantiate(sampler)
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
         fix = f"pick one of {SAMPLERS}"
-        with contextlib.suppress(Exception):  # it exists: its settings are what it refuses
-            get_object(str(target))
-            fix = "change the hydra.sweeper.sampler.<setting> it names"
+        with contextlib.suppress(Exception):  # a class: its settings are what it refuses
+            if isinstance(_locate(str(target)), type):  # Hydra's lookup, without its log line
+                fix = "change the hydra.sweeper.sampler.<setting> it names"
         raise UserError(
             f"hydra.sweeper.sampler._target_={target}: cannot be made "
             f"({summary_line(err.__cause__ or err)}); {fix}"

@@ -15,6 +15,7 @@ its own settings are what is compared.
 from __future__ import annotations
 
 import logging
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,9 @@ def as_typed(checkpoint: Path) -> str:
     in the shell's where the shell would read one."""
     path = str(checkpoint)
     if not set(path) <= {*SAFE, "/"}:
-        path = '"' + path.replace('"', '\\"') + '"'  # a backslash stays one, but before "
+        path = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", path)  # OmegaConf's: not read
+        path = re.sub(r'(\\*)"', lambda m: m[1] * 2 + '\\"', path)  # Hydra's: a quote in it
+        path = '"' + re.sub(r"(\\+)$", lambda m: m[1] * 2, path) + '"'  # and before its end
     return shlex.quote(f"ckpt_path={path}")
 
 
