@@ -199,6 +199,9 @@ def test_checkpoint_loads_into_a_plain_module(finished_run):
         (["data.pipeline=bogus"], "data.pipeline='bogus' is not known: use one of"),
         (["data.test_subset=99999999"], "data.test_subset=99999999 is more than the 10000 test"),
         (["data=synthetic", "data.num_classes=5"], "was trained on 10 classes and the data has 5"),
+        (["~data"], "data._target_ is missing from the config: eval.py needs it"),
+        (["~paths"], "paths.runs_dir is missing from the config: eval.py needs it"),
+        (["~ckpt_path"], "ckpt_path is missing from the config: eval.py needs it"),
     ],
 )
 def test_eval_checks_its_data_as_training_does(finished_run, overrides, said):

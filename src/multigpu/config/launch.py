@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
 from multigpu.config.errors import UserError
-from multigpu.config.names import TRAINER_ARGUMENTS
+from multigpu.config.names import SET_BY_THE_RUN, TRAINER_ARGUMENTS
 
 log = logging.getLogger(__name__)
 
@@ -162,10 +162,14 @@ def check_launched(environ: Mapping[str, str]) -> None:
         argument = name.removeprefix(TRAINER_DEFAULTS).lower()  # Lightning skips an empty one
         if argument in TRAINER_ARGUMENTS:
             value = environ[name] if TOKEN.fullmatch(environ[name]) else repr(environ[name])
+            instead = (
+                f"set trainer.{argument} in the config (+trainer.{argument}=... where it has none)"
+            )
+            if argument in SET_BY_THE_RUN:
+                instead = f"the run sets {argument} from {SET_BY_THE_RUN[argument]}"
             raise UserError(
                 f"{name}={value} is set: Lightning would give the Trainer {argument}={value} "
-                f"behind the config and the run's record; unset {name}, and set trainer."
-                f"{argument} in the config (+trainer.{argument}=... where it has none)"
+                f"behind the config and the run's record; unset {name}, and {instead}"
             )
     check_rendezvous(environ)
     given = [name for name in PROCESS_VARIABLES if name in environ]
@@ -278,13 +282,15 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
     apart), then what the command line ``overrides`` changed (``run_label``):
     ``2026-11-25/12-32-46.813825-lr_0.2-devices_2``."""
     environ = os.environ if environ is None else environ
+    from multigpu.config.job_names import escape  # a launcher's id as one folder's name
+
     if slurm_started(environ) and "SLURM_JOB_ID" in environ:
         job = environ.get("SLURM_ARRAY_JOB_ID")
         job = f"{job}_{environ['SLURM_ARRAY_TASK_ID']}" if job else environ["SLURM_JOB_ID"]
-        return f"slurm-{job}.{environ.get('SLURM_STEP_ID', 'batch')}"
+        return escape(f"slurm-{job}.{environ.get('SLURM_STEP_ID', 'batch')}")
     run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
     if torchrun_started(environ) and run_id != "none":
-        return f"torchrun-{run_id}"
+        return escape(f"torchrun-{run_id}")
     started = datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
     label = run_label(overrides or ())
     return f"{started}-{label}" if label else started

@@ -295,18 +295,6 @@ class Trainer(Node):
     model_registry: str | None = None
 
 
-# Trainer arguments the run sets itself, from the groups and keys that say them: a value in the
-# trainer node would be silently replaced, so it is refused, naming where to say it.
-SET_BY_THE_RUN = {
-    "strategy": "the strategy group (strategy=ddp, dp, scatter_allreduce, single or auto)",
-    "logger": "the logger group (logger=tensorboard or csv, or logger=null)",
-    "callbacks": "the callbacks group (callbacks.<name>, or callbacks=none)",
-    "enable_checkpointing": "callbacks.checkpoint (callbacks.checkpoint=null: no checkpoints)",
-    "plugins": "the run's own choice (precision, checkpoint writing, cluster environment)",
-    "use_distributed_sampler": "the data modules, which shard for DDP themselves",
-}
-
-
 class ScatterAllreduce(Node):
     split_weights: list[float] | None = setting(None, example="[0.6,0.4]")
     trace_shapes: bool = False

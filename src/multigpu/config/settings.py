@@ -34,6 +34,7 @@ from multigpu.config.names import (
     IMAGE_CHANNELS,
     NETWORK,
     PRECISION_ALIASES,
+    SET_BY_THE_RUN,
     SGD,
     SYNTHETIC,
 )
@@ -42,7 +43,6 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     BUILDS,
     MAX_SEED,
     MAX_WIDTH,
-    SET_BY_THE_RUN,
     Compile,
     Node,
     Synthetic,
@@ -316,7 +316,7 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
     ranges and names; ``choices`` (the group options) name the data and strategy in messages."""
     check_known("", dict.fromkeys(cfg), Top, "the config")  # a key nothing would read
     tree = config_tree(cfg)
-    for path in REQUIRED:
+    for path in (*Top.model_fields, *REQUIRED):  # dropped (~key): training reads each
         if select(tree, path) is ABSENT:
             raise UserError(f"{path} is missing from the config: training needs it")
     check_keys(tree, choices or {})

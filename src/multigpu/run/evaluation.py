@@ -32,6 +32,9 @@ from multigpu.config.settings import (
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.resume import find_checkpoint
 
+# What eval.py reads of its config (a data set's option sets its _target_; paths, runs_dir).
+EVALUATION_NEEDS = ("ckpt_path", "data._target_", "trainer", "paths.runs_dir")
+
 
 def choices_of(cfg: DictConfig) -> dict[str, str]:
     """The group options chosen, for the messages; none known when called outside Hydra."""
@@ -74,6 +77,11 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
 
 def measured(cfg: DictConfig) -> dict[str, Any]:
     """Check the path and the settings, rebuild the network and run Lightning's test loop."""
+    for key in EVALUATION_NEEDS:  # dropped: ~data, ~ckpt_path, ~paths
+        node, _, name = key.rpartition(".")
+        held = OmegaConf.select(cfg, node) if node else cfg
+        if not OmegaConf.is_dict(held) or name not in held:
+            raise UserError(f"{key} is missing from the config: eval.py needs it")
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise UserError(
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "

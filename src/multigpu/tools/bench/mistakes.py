@@ -215,7 +215,11 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
     "profiler_not_a_choice": (
         ["+trainer.profiler=sideways"],
-        "trainer.profiler='sideways' is not known: use one of simple, advanced, pytorch, xla",
+        "trainer.profiler='sideways' is not known: use one of simple, advanced, pytorch",
+    ),
+    "top_level_key_dropped": (  # had been a ConfigAttributeError once the run's folder was made
+        ["~check_finite_every_n_steps"],
+        "check_finite_every_n_steps is missing from the config: training needs it",
     ),
     "csv_flush_zero": (  # had been a ZeroDivisionError once the run's folder was made
         ["logger=csv", "+logger.flush_logs_every_n_steps=0"],
