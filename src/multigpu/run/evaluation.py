@@ -80,8 +80,8 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     for key in EVALUATION_NEEDS:  # dropped: ~data, ~ckpt_path, ~paths
         node, _, name = key.rpartition(".")
         held = OmegaConf.select(cfg, node) if node else cfg
-        if not OmegaConf.is_dict(held) or name not in held:
-            raise UserError(f"{key} is missing from the config: eval.py needs it")
+        if not OmegaConf.is_dict(held) or name not in held and not OmegaConf.is_missing(held, name):
+            raise UserError(f"{key} is missing from the config: eval.py needs it")  # not ???
     if OmegaConf.is_missing(cfg, "ckpt_path"):
         raise UserError(
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "
