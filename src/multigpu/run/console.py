@@ -131,15 +131,10 @@ def stops_in_one_line() -> None:
     imports and checks, Hydra's own work, a sweep between its jobs. SIGTERM there had ended the
     process without a word. It ends at once: an exception raised inside a library's import
     or composition can turn into another error, and no record of a run is open."""
-    from multigpu.config.launch import LAUNCHERS, Signal, started_by_rank_zero, stop_signals
-
-    # Rank 0 says how the run ended, naming a process it started; under torchrun the node's
-    # first process speaks (torchrun stops the others when it ends, as after its refusal).
-    torchruns_other = LAUNCHERS["torchrun"](os.environ) and os.environ.get("LOCAL_RANK") != "0"
-    quiet = started_by_rank_zero() or torchruns_other
+    from multigpu.config.launch import Signal, started_by_rank_zero, stop_signals
 
     def stop(signum: int, frame: object) -> None:
-        if not quiet:
+        if not started_by_rank_zero():  # rank 0 says how the run ended, naming this one
             with contextlib.suppress(OSError):  # stderr gone (closed, | head): the status says it
                 os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
         os._exit(128 + signum)
