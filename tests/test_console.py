@@ -259,36 +259,3 @@ def test_the_bar_turned_off_in_the_trainer_leaves_the_configured_one_out(tmp_pat
 
     overrides = [*RUN[:-1], "trainer.max_epochs=1", "+trainer.enable_progress_bar=false"]
     assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
-
-
-def catches(pid: int, signum: int) -> bool:
-    """Whether the process has a handler of its own for ``signum`` (``/proc``'s SigCgt)."""
-    status = Path(f"/proc/{pid}/status").read_text()
-    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
-    return bool(caught >> (signum - 1) & 1)
-
-
-@pytest.mark.parametrize("script", ["train.py", "eval.py"])
-def test_a_stop_signal_during_start_up_is_one_line_and_writes_nothing(tmp_path, script):
-    """SIGTERM (or SIGHUP, a closed terminal) while the entry point imports and checks its
-    command line, before a run's own handling holds it, had ended it without a word."""
-    import subprocess
-    import sys
-
-    from conftest import REPO, process_env
-
-    proc = subprocess.Popen(
-        [sys.executable, str(REPO / script), *TINY, "data=synthetic", "ckpt_path=latest"],
-        cwd=tmp_path,
-        env=process_env(None),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    while not catches(proc.pid, signal.SIGTERM):  # its handler is set first thing
-        assert proc.poll() is None
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.communicate(timeout=60)[1] == "error: interrupted by SIGTERM\n"
-    assert proc.returncode == 128 + signal.SIGTERM
-    assert list(tmp_path.iterdir()) == []

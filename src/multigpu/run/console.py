@@ -124,26 +124,6 @@ def guard_console() -> None:
             setattr(sys, name, Console(stream, name))
 
 
-def stops_in_one_line() -> None:
-    """Every signal besides Ctrl-C that would end the process (``stop_signals``) ends it in one
-    line, with 128 + its number, wherever the run's own handling (``Ending``, from before its
-    folder's record exists to after it is final) does not hold it: in the entry point's
-    imports and checks, Hydra's own work, a sweep between its jobs. SIGTERM there had ended the
-    process without a word. It ends at once: an exception raised inside a library's import
-    or composition can turn into another error, and no record of a run is open."""
-    from multigpu.config.launch import Signal, started_by_rank_zero, stop_signals
-
-    def stop(signum: int, frame: object) -> None:
-        if not started_by_rank_zero():  # rank 0 says how the run ended, naming this one
-            with contextlib.suppress(OSError):  # stderr gone (closed, | head): the status says it
-                os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
-        os._exit(128 + signum)
-
-    for signum in stop_signals(os.environ):
-        if signal.getsignal(signum) == signal.SIG_DFL:
-            signal.signal(signum, stop)
-
-
 @contextlib.contextmanager
 def one_line_on_ctrl_c() -> Iterator[None]:
     """Ctrl-C anywhere in the entry point (its checks and Hydra's own work included) ends in
