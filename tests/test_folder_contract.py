@@ -519,7 +519,10 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
 # (another run's folder), {run} and {afile} (a file), what the one line says)}.
 PLACE_CASES = {
     "logger_variable": (["logger.save_dir=$OTHER"], "(logger.save_dir) is another run's folder"),
-    "logger_sub_dir": (["+logger.sub_dir=../other"], "(logger.save_dir) is another run's folder"),
+    "logger_sub_dir": (
+        ["+logger.sub_dir=../other"],
+        "logger.sub_dir=../other must be a folder below logger.save_dir (no .., not from /)",
+    ),
     "log_linked": (
         ["hydra.job_logging.handlers.file.filename=linked.log"],
         "(hydra.job_logging.handlers.file.filename) is another run's folder",
@@ -614,7 +617,7 @@ def test_a_place_its_writer_can_use_is_admitted(case, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(
     "name,version,inside",
-    [("", "", ""), ("a", "", "a"), ("", "../b", "../b"), ("a", 3, "a/version_3"), ("a", None, "a")],
+    [("", "", ""), ("a", "", "a"), ("", "b/c", "b/c"), ("a", 3, "a/version_3"), ("a", None, "a")],
 )
 def test_the_loggers_place_is_where_it_writes(tmp_path, name, version, inside):
     """``logger.name`` and ``logger.version`` move the logger's folder below ``save_dir``, as

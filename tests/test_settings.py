@@ -484,6 +484,28 @@ def test_logger_keys_are_what_each_logger_and_its_writer_take():
         assert logger_cfg._target_ in schema.BUILDS["logger"]
 
 
+@examples(300)
+@given(
+    st.lists(st.sampled_from(["a", "..", ".", "", "b c", "x..y"]), min_size=1, max_size=4),
+    st.booleans(),
+    st.sampled_from(["name", "version", "sub_dir"]),
+)
+def test_a_logger_folder_taken_lies_below_its_save_dir(parts, from_root, key):
+    """``logger.name``, ``version`` and ``sub_dir`` are folders below ``save_dir``: whatever the
+    model takes stays there, as ``os.path.normpath`` joins it (``logger.version=..`` had
+    written this run's logs into the date's folder, beside other runs)."""
+    from pydantic import ValidationError
+
+    value, save_dir = "/" * from_root + "/".join(parts), "/runs/r"
+    try:
+        schema.TensorBoard.model_validate({"save_dir": save_dir, key: value})
+    except ValidationError:
+        assert value.startswith("/") or ".." in value.split("/")  # refused: a way out only
+        return
+    joined = os.path.normpath(os.path.join(save_dir, value))
+    assert joined == save_dir or joined.startswith(save_dir + "/")
+
+
 def schema_defaults(schema_class) -> dict:
     return {name: schema.default_of(schema_class, name) for name in schema_class.model_fields}
 
@@ -690,6 +712,24 @@ def test_what_the_environment_changes_behind_the_config_is_refused(environ, said
         return
     with pytest.raises(UserError, match=f"^{re.escape(said)}"):
         check_launched(environ)
+
+
+def test_a_master_port_another_program_holds_is_refused_before_the_run(tmp_path):
+    """Found by a fresh try: a ``MASTER_PORT`` another program held was torch's EADDRINUSE
+    traceback once the run's folder was made. The processes Lightning starts meet at their
+    first process's port, which it holds by then: not refused."""
+    import socket
+
+    cfg = compose_config([*TINY, "strategy=ddp", "trainer.devices=2"], tmp_path)
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        with pytest.raises(UserError, match=f"^MASTER_PORT={port} cannot be opened for DDP's"):
+            resolve_on(cfg, environ={"MASTER_PORT": port})
+        child = {**LAUNCHED_BY["lightning_child"], "MASTER_PORT": port, "LOCAL_RANK": "1"}
+        assert resolve_on(cfg, environ=child).launcher == "popen"
+    assert resolve_on(cfg, environ={"MASTER_PORT": port}).processes == 2  # free again
 
 
 def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):

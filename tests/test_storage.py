@@ -5,6 +5,7 @@ why (or the line saying it could not). Mounting needs root: elsewhere these test
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -13,7 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import TINY, run_script
+from conftest import TINY, examples, run_script
+from hypothesis import given
+from hypothesis import strategies as st
 from test_faults import PROBES_ENV, RUN
 
 from multigpu.storage.checkpoint import load_checkpoint
@@ -168,6 +171,33 @@ def test_a_run_folder_behind_a_looping_link_or_a_file_is_refused_in_one_line(tmp
             check_creatable(folder)
     check_creatable(tmp_path / "new" / "run")  # a folder still to be made: fine
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "dangling", "file"]
+
+
+@examples(40)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=3), st.sampled_from(["a", "ü", "€"]))
+def test_a_folder_is_refused_exactly_where_the_os_could_not_make_it(tmp_path_factory, sizes, char):
+    """A name longer than the file system holds is refused before anything is made, and only
+    then, as ``os.makedirs`` itself finds (the second computation, in a scratch folder): a long
+    checkpoint folder had left the folders above it behind, empty."""
+    from multigpu.config.errors import WriteFailed
+    from multigpu.storage.atomic import check_creatable
+
+    base = tmp_path_factory.mktemp("names")
+    folder = base.joinpath(*(char * size for size in sizes))
+    try:
+        check_creatable(folder)
+        refused = None
+    except WriteFailed as err:
+        refused = err
+    try:
+        os.makedirs(base / "scratch" / folder.relative_to(base))
+        makeable = True
+    except OSError as err:
+        assert err.errno == errno.ENAMETOOLONG
+        makeable = False
+    assert (refused is None) == makeable
+    assert refused is None or "bytes a name can have here" in str(refused)
+    assert [p.name for p in base.iterdir()] == ["scratch"]  # nothing made by the check
 
 
 def test_the_report_of_a_sweep_on_a_read_only_disk_is_one_line(can_mount, tmp_path, capsys):

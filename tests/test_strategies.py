@@ -188,3 +188,19 @@ def test_ddp_two_processes_match_one_device(tmp_path, reference):
     resumed, _ = run(tmp_path, "resumed", "trainer.max_epochs=2", f"ckpt_path={ckpt}")
     straight, _ = run(tmp_path, "straight", "trainer.max_epochs=2")
     assert_same_parameters(resumed, straight)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.subprocess
+def test_an_unseeded_ddp_run_is_not_seeded_behind_the_config(tmp_path):
+    """``seed=null`` under DDP: Lightning seeds its processes from ``PL_GLOBAL_SEED`` where the
+    environment holds one (an earlier job's of a sweep, or the shell's), behind a record that
+    says unseeded; ``PL_GLOBAL_SEED=abc`` was a ValueError traceback after the run's folder."""
+    result = run_script(
+        "train.py", *EXACT, "strategy=ddp", "trainer.devices=2", "seed=null", "data.seed=1",
+        "hydra.run.dir=ddp", cwd=tmp_path, env={"PL_GLOBAL_SEED": "abc"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
+    assert metrics["run"]["seed"] is None and metrics["status"] == "completed"

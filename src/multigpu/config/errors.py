@@ -5,6 +5,7 @@ lines write them."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -111,6 +112,14 @@ def as_override(value: Any) -> str:
     if isinstance(value, bool) or value is None:
         return {None: "null", True: "true", False: "false"}[value]
     return str(value)
+
+
+TOKEN = re.compile(r"[\w.+-]+", re.ASCII)
+
+
+def as_typed(value: str) -> str:
+    """A text value as it was typed where it is a plain word, else quoted, on one line."""
+    return value if TOKEN.fullmatch(value) else repr(value)
 
 
 def did_you_mean(names: list[str]) -> str:

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, as_typed
 from multigpu.config.names import SET_BY_THE_RUN, TRAINER_ARGUMENTS
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,6 @@ RANKS = (
 # epoch, recorded as whole epochs).
 TRAINER_DEFAULTS = "PL_TRAINER_"
 NUMBER = re.compile(r"\s*[0-9]+\s*")  # a process number or a port, as int() reads it (ASCII)
-TOKEN = re.compile(r"[\w.+-]+", re.ASCII)  # a value shown as it is, else quoted on one line
 
 
 # What says which process of a run this is: Lightning and ``multigpu.storage.record.is_rank_zero``
@@ -161,7 +160,7 @@ def check_launched(environ: Mapping[str, str]) -> None:
     for name in sorted(n for n in environ if n.startswith(TRAINER_DEFAULTS) and environ[n]):
         argument = name.removeprefix(TRAINER_DEFAULTS).lower()  # Lightning skips an empty one
         if argument in TRAINER_ARGUMENTS:
-            value = environ[name] if TOKEN.fullmatch(environ[name]) else repr(environ[name])
+            value = as_typed(environ[name])
             instead = (
                 f"set trainer.{argument} in the config (+trainer.{argument}=... where it has none)"
             )
@@ -232,6 +231,24 @@ def check_rendezvous(environ: Mapping[str, str]) -> None:
             f"MASTER_ADDR={address!r} is no host this machine can find ({reason}): unset it "
             "(one machine: Lightning uses 127.0.0.1), or give rank 0's host name or address"
         ) from None
+
+
+def check_port_free(environ: Mapping[str, str]) -> None:
+    """The first process of a DDP run Lightning starts opens ``MASTER_PORT`` for the others to
+    meet at: one another program holds was a traceback after the run's folder was made."""
+    port = environ.get("MASTER_PORT")
+    if port is None or any(name in environ for name in PROCESS_VARIABLES):
+        return  # Lightning picks a free one; a process it started meets at its parent's
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as torch's store opens it
+        try:
+            probe.bind(("", int(port)))
+        except OSError as err:
+            raise UserError(
+                f"MASTER_PORT={port.strip()} cannot be opened for DDP's processes to meet at "
+                f"({err.strerror or type(err).__name__}): unset it (Lightning picks a free one), "
+                "or give a free port"
+            ) from None
 
 
 # Overrides that say where a run reads and writes, or how it shows: no part of its name.

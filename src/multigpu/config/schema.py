@@ -14,6 +14,7 @@ numbers have been checked, the ranges and names (``check_ranges_and_names``).
 
 from __future__ import annotations
 
+import os
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -56,6 +57,7 @@ MAX_WORKERS = 256  # data.num_workers: processes started per loader
 MAX_WIDTH = 2048  # model.net.width: 46 billion parameters at 4096, more than any GPU holds
 MAX_SYNTHETIC = 1_000_000  # data=synthetic images, held in memory (3 KB each)
 MAX_CLASSES = 100_000
+MAX_NAME_END = 128  # bytes: 255 a name, less the event file's own (its host's name up to 64)
 MAX_TIMEOUT_S = 7 * 24 * 3600  # strategy.timeout_s: Python's timedelta overflows far beyond
 
 
@@ -82,7 +84,23 @@ def _none_or_all(value: Any) -> Any:
     return value
 
 
+def _below(value: Any) -> Any:
+    """A logger's folders lie below its ``save_dir``: ``..`` or a path from ``/`` would put
+    this run's logs beside other runs' (``logger.version=..``: in the date's folder)."""
+    if isinstance(value, str) and (value.startswith("/") or ".." in value.split("/")):
+        raise ValueError("outside save_dir")
+    return value
+
+
+def _name_end(value: str) -> str:
+    """The end of the event file's name, which the time, host and process id come before."""
+    if "/" in value or len(os.fsencode(value)) > MAX_NAME_END:
+        raise ValueError("no name's end")
+    return value
+
+
 Batches = Annotated[float, AfterValidator(_whole_above_one)]
+Below = Annotated[str, AfterValidator(_below)]
 AnyCase = BeforeValidator(lambda name: name.lower() if isinstance(name, str) else name)
 NoLimit = Annotated[int, Field(ge=-1), AfterValidator(_not_zero)]  # -1: no limit
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
@@ -91,6 +109,7 @@ POSITIVE = "a positive integer"
 NO_LIMIT = "-1 (no limit) or more than 0"
 SUBSET = "a positive integer (or null: every image)"
 FRACTION_OR_COUNT = "a whole number of batches, or a fraction up to 1.0"
+BELOW = "a folder below logger.save_dir (no .., not from /)"
 SYNTHETIC_COUNT = f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)"
 
 
@@ -327,8 +346,8 @@ class CosineAnnealingLR(Node):
 class Logger(Node):  # Lightning's CSVLogger and TensorBoardLogger both take these
     what = "the logger"
     save_dir: str = setting(REQUIRED, example="${paths.output_dir}")
-    name: str | None = ""
-    version: int | str | None = ""
+    name: Below | None = setting("", BELOW, "tb")
+    version: int | Below | None = setting("", BELOW, "v1")
     prefix: str = ""
 
 
@@ -342,13 +361,15 @@ class TensorBoard(Logger):
 
     log_graph: bool = False
     default_hp_metric: bool = True
-    sub_dir: str | None = None
+    sub_dir: Below | None = setting(None, BELOW, "tb")
     runs_dir: str | None = None
     comment: str = ""
     purge_step: int | None = setting(None, "0 or more, or null", ge=0)
     max_queue: int = setting(10, "1 or more", ge=1)
     flush_secs: int | float = setting(120, "more than 0", gt=0)
-    filename_suffix: str = setting("", "a file name's end, without /", ".v2", pattern="^[^/]*$")
+    filename_suffix: Annotated[str, AfterValidator(_name_end)] = setting(
+        "", f"a file name's end: no /, at most {MAX_NAME_END} bytes", ".v2"
+    )
 
 
 class Compile(Node):  # model.compile as torch.compile's keyword arguments
@@ -404,7 +425,6 @@ KINDS = {
 ABSENT = object()  # a key the config does not have (unlike one set to null)
 # What pydantic reports when a value of the right type is outside what its key takes.
 OUT_OF_RANGE = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "value_error"}
-OUT_OF_RANGE |= {"string_pattern_mismatch"}
 
 
 def default_of(schema: type[Node], name: str) -> Any:

@@ -23,8 +23,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import UserError, as_override, closest, did_you_mean
-from multigpu.config.launch import check_world, cluster_started, mark_parent
+from multigpu.config.errors import UserError, as_override, as_typed, closest, did_you_mean
+from multigpu.config.launch import check_port_free, check_world, cluster_started, mark_parent
 from multigpu.config.names import (
     COSINE,
     CPU_PRECISIONS,
@@ -81,7 +81,6 @@ SYNTHETIC_SIZES = {
 }
 # hydra/launcher options whose jobs run under srun, which starts every node's processes.
 CLUSTER_LAUNCHERS = ("slurm", "submitit_slurm")
-TOKEN = re.compile(r"[\w.+-]+")  # a value shown as it is typed (else quoted, on one line)
 
 
 @dataclass(frozen=True)
@@ -504,9 +503,9 @@ def parse_precision(precision: Any, accelerator: str) -> str:
     if name in supported:
         return name
     hint = " (fp16 needs CUDA; on the CPU use bf16-mixed)" if name in CUDA_PRECISIONS else ""
-    shown = precision if isinstance(precision, str) and TOKEN.fullmatch(precision) else None
+    shown = as_typed(precision) if isinstance(precision, str) else repr(precision)
     raise UserError(
-        f"trainer.precision={shown or repr(precision)} is not supported on {accelerator}{hint}: "
+        f"trainer.precision={shown} is not supported on {accelerator}{hint}: "
         f"use one of {', '.join(supported)}"
     )
 
@@ -735,6 +734,7 @@ def launcher(
         return "none"
     if cluster_started(machine.environ):
         return "cluster"
+    check_port_free(machine.environ)  # this process opens it for the ones Lightning starts
     if start_method == "spawn" or (start_method == "auto" and machine.multirun):
         return "spawn"
     return "popen"

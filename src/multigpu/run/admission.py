@@ -695,6 +695,10 @@ def run_folder_setting(folder: str | Path, runs_dir: str | None) -> str:
     return f"{RUN_FOLDER}, or a paths.runs_dir other than {runs_dir}, which holds it"
 
 
+# A place named by more than its key: the logger's folder is save_dir/name/version/sub_dir.
+PLACE_SETTINGS = {"logger.save_dir": "logger.save_dir (with logger.name, version and sub_dir)"}
+
+
 def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> None:
     """Each place can be written before anything is: its folder made as its writer makes it
     (``data.root``: ``check_reachable``'s, which writes nothing where the data is unpacked),
@@ -706,7 +710,7 @@ def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> No
         try:
             check_creatable(place.parent if key == LOG_FILE else place)
         except WriteFailed as err:
-            raise UserError(f"{err}: pass a writable {key}") from None
+            raise UserError(f"{err}: pass a writable {PLACE_SETTINGS.get(key, key)}") from None
     log, run_folder = places.get(LOG_FILE), folders[RUN_FOLDER]
     if log is None:
         return

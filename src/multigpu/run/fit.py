@@ -221,6 +221,9 @@ def set_up(
     torch.set_float32_matmul_precision(matmul_precision)  # before the device is set up
     if run.seed is not None:
         pl.seed_everything(run.seed, workers=True, verbose=False)
+    else:  # Lightning would seed DDP's processes from an earlier job's seed, or the shell's
+        for name in ("PL_GLOBAL_SEED", "PL_SEED_WORKERS"):
+            os.environ.pop(name, None)
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
         strategy.record_failure = record.finish  # a bound method: spawn pickles the strategy

@@ -89,6 +89,7 @@ def check_creatable(folder: str | Path, probe: bool = True) -> None:
     ``probe``: tried, then removed; else only its path is read): a run folder that could not be
     created is refused before anything is written."""
     folder = Path(folder).absolute()
+    check_names_fit(folder)
     for place in (folder, *folder.parents):
         if place.is_symlink() and not place.exists():  # a loop, or a missing target
             raise WriteFailed(
@@ -109,6 +110,25 @@ def check_creatable(folder: str | Path, probe: bool = True) -> None:
         made.unlink()
     except OSError as error:
         raise write_failed(folder, error) from None
+
+
+def check_names_fit(folder: Path) -> None:
+    """Each name along ``folder`` is one its file system can hold: ``mkdir`` would make the
+    folders above a name too long, then fail, and leave them behind."""
+    place = Path(folder.anchor)
+    for name in folder.parts[1:]:
+        try:
+            longest = os.pathconf(place, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            longest = 255  # a file system that does not say: Linux's and macOS's limit
+        if len(os.fsencode(name)) > longest:
+            raise WriteFailed(
+                f"cannot write {folder}: the name {name[:24]}... is longer than the {longest} "
+                "bytes a name can have here (use a shorter one)",
+                errno.ENAMETOOLONG,
+            )
+        if os.path.isdir(place / name):  # the nearest folder that exists says the limit
+            place = place / name
 
 
 def check_writable(folder: str | Path) -> None:

@@ -231,7 +231,15 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "tensorboard_suffix_a_path": (  # had written its events elsewhere, or failed
         ["+logger.filename_suffix=/../x"],
-        "logger.filename_suffix=/../x must be a file name's end, without /",
+        "logger.filename_suffix=/../x must be a file name's end: no /, at most 128 bytes",
+    ),
+    "logger_version_above_its_folder": (
+        ["logger.version=.."],
+        "logger.version=.. must be a folder below logger.save_dir (no .., not from /)",
+    ),
+    "logger_name_from_root": (
+        ["logger.name=/tmp/tb"],
+        "logger.name=/tmp/tb must be a folder below logger.save_dir",
     ),
     "logger_key_unknown": (
         ["+logger.max_queu=3"],
