@@ -3,14 +3,16 @@
 (log lines: ``conf/eval.yaml``)."""
 
 # ruff: noqa: E402  (the command line is checked before the imports that take longest)
-from multigpu.run.command_line import check_command_line, evaluation_values
-from multigpu.run.console import guard_console, one_line_on_ctrl_c
+from multigpu.run.console import guard_console, one_line_on_ctrl_c, stops_in_one_line
 from multigpu.run.quiet import quiet
 
 guard_console()  # a closed stdout or stderr never fails the evaluation
 quiet()
 if __name__ == "__main__":
+    stops_in_one_line()  # SIGTERM and the like too, before the run's own handling holds them
     with one_line_on_ctrl_c():
+        from multigpu.run.command_line import check_command_line, evaluation_values
+
         check_command_line("eval", evaluation_values)  # a misspelt key or option: exit 2
 
 import json

@@ -1,14 +1,16 @@
 """Train ResNet-18 on Fashion-MNIST: ``python train.py strategy=dp trainer.devices=2``."""
 
 # ruff: noqa: E402  (the command line is checked before the imports that take longest)
-from multigpu.run.command_line import check_command_line, training_values
-from multigpu.run.console import guard_console, one_line_on_ctrl_c
+from multigpu.run.console import guard_console, one_line_on_ctrl_c, stops_in_one_line
 from multigpu.run.quiet import quiet
 
 guard_console()  # a closed stdout or stderr (| head, a closed terminal) never fails the run
 quiet()  # here too for DDP's workers, which start from this file
 if __name__ == "__main__":
+    stops_in_one_line()  # SIGTERM and the like too, before the run's own handling holds them
     with one_line_on_ctrl_c():
+        from multigpu.run.command_line import check_command_line, training_values
+
         check_command_line("config", training_values)  # a misspelt name or bad value: exit 2
 
 import hydra

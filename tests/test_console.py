@@ -259,3 +259,72 @@ def test_the_bar_turned_off_in_the_trainer_leaves_the_configured_one_out(tmp_pat
 
     overrides = [*RUN[:-1], "trainer.max_epochs=1", "+trainer.enable_progress_bar=false"]
     assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for ``signum`` (``/proc``'s SigCgt)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    return bool(caught >> (signum - 1) & 1)
+
+
+TORCHRUN_RANK_1 = {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2"}
+TORCHRUN_RANK_1 |= {"GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "x", "MASTER_ADDR": "127.0.0.1"}
+
+
+@pytest.mark.parametrize(
+    ("script", "environ", "said"),
+    [
+        ("train.py", {}, "error: interrupted by SIGTERM\n"),
+        ("eval.py", {}, "error: interrupted by SIGTERM\n"),
+        ("train.py", TORCHRUN_RANK_1, ""),  # torchrun stops the others when one is refused
+    ],
+    ids=["train", "eval", "torchrun_rank_1"],
+)
+def test_a_stop_signal_during_start_up_is_one_line_and_writes_nothing(
+    tmp_path, script, environ, said
+):
+    """SIGTERM (or SIGHUP, a closed terminal) while the entry point imports and checks its
+    command line, before a run's own handling holds it, had ended it without a word. It still
+    ends the process by the signal; a run's other processes say nothing."""
+    import subprocess
+    import sys
+
+    from conftest import REPO, process_env
+
+    proc = subprocess.Popen(
+        [sys.executable, str(REPO / script), *TINY, "data=synthetic", "ckpt_path=latest"],
+        cwd=tmp_path,
+        env=process_env(environ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    while not catches(proc.pid, signal.SIGTERM):  # its handler is set first thing
+        assert proc.poll() is None
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.communicate(timeout=60)[1] == said
+    assert proc.returncode == -signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_held_stop_signal_after_an_error_line_ends_the_process_without_a_second():
+    """A refusal said while a signal was held (a run's folders refused): the signal then ends
+    the process by its default, adding no line to the one that said why."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal, sys\n"
+        "from multigpu.run.console import guard_console, stops_in_one_line\n"
+        "guard_console(); stops_in_one_line()\n"
+        "print('error: refused', file=sys.stderr, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+    )
+    from conftest import process_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=process_env(None), capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (-signal.SIGTERM, "error: refused\n")

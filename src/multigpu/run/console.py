@@ -52,8 +52,10 @@ class Console:
         self._stream = stream
         self._name = name
         self.gone = False
+        self.said_an_error = False  # an ``error:`` line: the process's ending is said
 
     def write(self, text: str) -> int:
+        self.said_an_error = self.said_an_error or text.startswith("error: ")
         if not self.gone:
             try:
                 return self._stream.write(text)
@@ -122,6 +124,33 @@ def guard_console() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, Console):
             setattr(sys, name, Console(stream, name))
+
+
+def stops_in_one_line() -> None:
+    """A stop signal besides Ctrl-C (``stop_signals``: SIGTERM, a closed terminal's SIGHUP, ...)
+    that comes before the run's own handling holds it (the entry point's imports and checks,
+    Hydra's start, a sweep between its jobs) had ended the process without a word. It still
+    ends it, by the signal itself, after one line: said by a run's first process only (torchrun
+    stops the others when one is refused), and not after an ``error:`` line said the ending."""
+    from multigpu.config.launch import Signal, processes_started, stop_signals
+
+    def is_first_process() -> bool:
+        try:
+            rank = processes_started(os.environ)[0]
+        except ValueError:  # a rank set by hand, which the checks refuse in their own line
+            rank = 0
+        return rank == 0 and os.environ.get("LOCAL_RANK", "0").strip() == "0"
+
+    def said_and_ended(signum: int, frame: object) -> None:
+        signal.signal(signum, signal.SIG_DFL)
+        if is_first_process() and not getattr(sys.stderr, "said_an_error", False):
+            with contextlib.suppress(OSError):  # stderr gone (closed, | head): the status says it
+                os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
+        os.kill(os.getpid(), signum)
+
+    for signum in stop_signals(os.environ):
+        if signal.getsignal(signum) == signal.SIG_DFL:
+            signal.signal(signum, said_and_ended)
 
 
 @contextlib.contextmanager
