@@ -8,6 +8,8 @@ import ast
 import inspect
 import os
 import re
+import socket
+import tempfile
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -151,13 +153,16 @@ def test_a_rank_set_by_hand_is_refused_before_anything(tmp_path):
     )
 
 
+# An LSF job's rank file: its launch host, then its compute hosts, this one among them.
+_, RANKFILE = tempfile.mkstemp(prefix="ranks")
+Path(RANKFILE).write_text(f"launch-host\n{socket.gethostname()}\n")
 LAUNCHED_BY = {  # what each launcher sets besides a process's rank
     "nothing": {},
     "torchrun": {**TORCHRUN_2, "TORCHELASTIC_RUN_ID": "abc"},
     "srun": {**SRUN_2, "SLURM_JOB_ID": "41"},
     "salloc": {"SLURM_JOB_ID": "41", "SLURM_JOB_NAME": "bash"},
     "lsf_batch_script": {"LSB_JOBID": "5"},
-    "jsrun": {"LSB_JOBID": "5", "LSB_DJOB_RANKFILE": "/tmp/ranks"}
+    "jsrun": {"LSB_JOBID": "5", "LSB_DJOB_RANKFILE": RANKFILE}
     | {"JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_SIZE": "2"},
     "lightning": {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "9101", "NODE_RANK": "0"},
     "lightning_child": {
@@ -744,6 +749,25 @@ def test_a_rank_that_is_no_number_is_named_with_its_value(monkeypatch):
     assert record.is_rank_zero() is False  # read before the check: no traceback
     monkeypatch.setenv("RANK", "0")
     assert record.is_rank_zero() is True
+
+
+def test_an_lsf_task_is_refused_where_its_rank_file_does_not_list_this_host(tmp_path):
+    """Lightning finds a jsrun task's node in ``LSB_DJOB_RANKFILE``: a file it cannot read,
+    without compute hosts or without this one was an IndexError or a KeyError from inside it
+    once the run's folder existed (found by a fresh try)."""
+    jsrun = LAUNCHED_BY["jsrun"]
+    check_launched(jsrun)
+    ranks = tmp_path / "ranks"
+    for text, said in [
+        (None, "cannot be read (No such file or directory)"),
+        ("", "does not list this host"),
+        (f"{socket.gethostname()}\n", "does not list this host"),  # the launch host alone
+        ("launch\nelsewhere\n", f"does not list this host, {socket.gethostname()}, after"),
+    ]:
+        if text is not None:
+            ranks.write_text(text)
+        with pytest.raises(UserError, match=f"^LSB_DJOB_RANKFILE='{ranks}' {re.escape(said)}"):
+            check_launched({**jsrun, "LSB_DJOB_RANKFILE": str(ranks)})
 
 
 @pytest.mark.parametrize(

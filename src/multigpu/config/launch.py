@@ -186,6 +186,7 @@ def check_launched(environ: Mapping[str, str]) -> None:
                 "torchrun or srun"
             )
     check_promised(environ)
+    check_lsf_hosts(environ)
     launcher = launcher_of(environ)
     shown = " ".join(f"{name}={environ[name]}" for name in given)
     if given and launcher is not None and not started_as_a_child(environ, launcher):
@@ -209,6 +210,27 @@ def check_launched(environ: Mapping[str, str]) -> None:
         f"MASTER_ADDR and MASTER_PORT): unset {' '.join(given)}, or start the run with "
         "torchrun or srun"
     )
+
+
+def check_lsf_hosts(environ: Mapping[str, str]) -> None:
+    """An LSF task's rank file lists the job's hosts, the launch host first, then the compute
+    hosts, this one among them: Lightning finds its node there (an IndexError or a KeyError from
+    deep inside it, after the run's folder was made, where it cannot)."""
+    if not LAUNCHERS["LSF"](environ):
+        return
+    rankfile, host = environ["LSB_DJOB_RANKFILE"], socket.gethostname()
+    try:
+        with open(rankfile) as lines:
+            hosts = [line.strip() for line in lines][1:]
+    except (OSError, UnicodeError, ValueError) as err:
+        hosts, said = [], f"cannot be read ({getattr(err, 'strerror', None) or type(err).__name__})"
+    else:
+        said = f"does not list this host, {host}, after its launch host"
+    if host not in hosts:
+        raise UserError(
+            f"LSB_DJOB_RANKFILE={rankfile!r} {said}: unset LSB_JOBID and LSB_DJOB_RANKFILE "
+            "(left over from another job?), or start the run with jsrun"
+        )
 
 
 def check_rendezvous(environ: Mapping[str, str]) -> None:
