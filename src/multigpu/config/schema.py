@@ -272,7 +272,12 @@ class Trainer(Node):
     )
     limit_test_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
     limit_predict_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
-    overfit_batches: Batches = setting(0.0, f"0 (off) or more ({FRACTION_OR_COUNT})", 10, ge=0)
+    overfit_batches: Annotated[float, BeforeValidator(_none_or_all)] = setting(
+        0.0,  # Lightning evaluates the same share of the test set: the run's test accuracy
+        "0 (off) or 1.0 (every batch, unshuffled): Lightning tests on the same share of the test "
+        "set, recorded as the test accuracy; to train on a few batches, "
+        "data.train_subset=<images> data.shuffle=false",
+    )
     val_check_interval: Annotated[Batches, Field(gt=0)] | str | dict | None = setting(
         None,
         "more than 0 (a whole number of batches, or a fraction of an epoch up to 1.0), or a "

@@ -952,18 +952,17 @@ def epoch_batches(data: Mapping[str, Any], process_batch: int, processes: int) -
 
 
 def check_batch_limits(trainer: Mapping[str, Any], batches: int | None) -> None:
-    """A fraction of an epoch's batches (``limit_train_batches``, ``overfit_batches``) that is
-    no whole batch: Lightning refuses it once the data is loaded, after the run's folder was
-    made (a traceback, a failed job in a sweep)."""
-    for key in ("limit_train_batches", "overfit_batches"):
-        fraction = trainer.get(key)
-        if batches is None or not isinstance(fraction, float) or not 0 < fraction < 1:
-            continue
-        if int(batches * fraction) < 1:
-            raise UserError(
-                f"trainer.{key}={fraction} of the {batches} training batches of an epoch is no "
-                f"batch: use at least {1 / batches:.3g}, or a number of batches (e.g. 1)"
-            )
+    """A fraction of an epoch's batches (``limit_train_batches``) that is no whole batch:
+    Lightning refuses it once the data is loaded, after the run's folder was made (a
+    traceback, a failed job in a sweep)."""
+    fraction = trainer.get("limit_train_batches")
+    if batches is None or not isinstance(fraction, float) or not 0 < fraction < 1:
+        return
+    if int(batches * fraction) < 1:
+        raise UserError(
+            f"trainer.limit_train_batches={fraction} of the {batches} training batches of an "
+            f"epoch is no batch: use at least {1 / batches:.3g}, or a number of batches (e.g. 1)"
+        )
 
 
 def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:

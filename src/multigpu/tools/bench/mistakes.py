@@ -264,9 +264,10 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
         "trainer.limit_train_batches=0.001 of the 235 training batches of an epoch is no batch: "
         "use at least 0.00426, or a number of batches (e.g. 1)",
     ),
-    "overfit_batches_no_batch": (
-        ["+trainer.overfit_batches=0.001"],
-        "trainer.overfit_batches=0.001 of the 235 training batches of an epoch is no batch",
+    "overfit_batches_tests_on_part": (
+        ["+trainer.overfit_batches=2"],
+        "trainer.overfit_batches=2 must be 0 (off) or 1.0 (every batch, unshuffled): Lightning "
+        "tests on the same share of the test set",
     ),
     "val_check_interval_zero": (
         ["+trainer.val_check_interval=0"],
