@@ -13,6 +13,7 @@ import ast
 import atexit
 import json
 import os
+import re
 import shutil
 import signal
 import time
@@ -162,6 +163,44 @@ def test_another_runs_checkpoint_in_a_folders_place_is_not_continued(tmp_path):
     last.write_bytes(own)
     continued = train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
     assert continued["status"] == "completed" and continued["history"][0] == record["history"][0]
+
+
+@pytest.mark.slow
+def test_a_folder_whose_checkpoints_are_elsewhere_is_not_started_again(tmp_path):
+    """A run folder whose record holds epochs but whose checkpoint folder holds no last.ckpt
+    (its checkpoints went to another ``callbacks.checkpoint.dirpath``, or were deleted): the same
+    command without that dirpath had trained from scratch, and the record then held the new
+    epochs followed by the old ones. Refused in one line, nothing touched; continued with its
+    checkpoint, the record moves forward (found by a fresh try)."""
+    from multigpu.run.training import train
+
+    folder, aside = tmp_path / "run", tmp_path / "aside"
+    elsewhere = [*SYNTHETIC, f"callbacks.checkpoint.dirpath={aside}"]
+    assert train(composed([*elsewhere, "trainer.max_epochs=1"], folder))["epochs"] == 1
+    record = record_of(folder)  # stopped after its first epoch, as Ctrl-C leaves it
+    (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
+    before = snapshot(tmp_path)
+    with pytest.raises(OccupiedFolder) as refused:
+        train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
+    assert str(refused.value) == (
+        f"{folder} holds this run after 1 epoch(s), but {folder / 'checkpoints'} holds no "
+        "last.ckpt to continue it from: started again, its record would go back; continue it "
+        "with ckpt_path=<its last.ckpt> (in the checkpoint folder it was trained with), or "
+        "pass another hydra.run.dir"
+    )
+    assert snapshot(tmp_path) == before
+    # Resumed from a checkpoint and stopped before its own first: that checkpoint is named.
+    origin = {"checkpoint": str(aside / "last.ckpt"), "epochs": 1, "changed": {}}
+    resumed = {**record, "status": "interrupted", "resumed_from": origin}
+    (folder / "metrics.json").write_text(json.dumps(resumed))
+    with pytest.raises(OccupiedFolder, match=re.escape(
+        f"continue it with ckpt_path={aside / 'last.ckpt'} (the checkpoint it was resumed from)"
+    )):  # fmt: skip
+        train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
+    onward = [*SYNTHETIC, "trainer.max_epochs=2", f"ckpt_path={aside / 'last.ckpt'}"]
+    continued = train(composed(onward, folder))
+    assert continued["status"] == "completed" and continued["epochs"] == 2
+    assert continued["history"][0] == record["history"][0]
 
 
 @pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite

@@ -286,6 +286,8 @@ def test_a_folder_is_taken_over_only_by_the_same_run_and_a_refusal_touches_nothi
             folder / "checkpoints" / "last.ckpt" if with_checkpoint and not admission.finished
             else None
         )  # fmt: skip
+        if admission.continued is None and admission.finished is None:  # started anew
+            assert not (isinstance(previous.get("history"), list) and previous["history"])
     assert snapshot(folder) == before
 
 

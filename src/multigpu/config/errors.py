@@ -117,7 +117,7 @@ def as_override(value: Any) -> str:
 TOKEN = re.compile(r"[\w.+-]+", re.ASCII)
 
 
-def as_typed(value: str) -> str:
+def plain_or_quoted(value: str) -> str:
     """A text value as it was typed where it is a plain word, else quoted, on one line."""
     return value if TOKEN.fullmatch(value) else repr(value)
 

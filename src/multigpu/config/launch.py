@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
-from multigpu.config.errors import UserError, as_typed
+from multigpu.config.errors import UserError, plain_or_quoted
 from multigpu.config.names import SET_BY_THE_RUN, TRAINER_ARGUMENTS
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def check_launched(environ: Mapping[str, str]) -> None:
     for name in sorted(n for n in environ if n.startswith(TRAINER_DEFAULTS) and environ[n]):
         argument = name.removeprefix(TRAINER_DEFAULTS).lower()  # Lightning skips an empty one
         if argument in TRAINER_ARGUMENTS:
-            value = as_typed(environ[name])
+            value = plain_or_quoted(environ[name])
             instead = (
                 f"set trainer.{argument} in the config (+trainer.{argument}=... where it has none)"
             )

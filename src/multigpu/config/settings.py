@@ -23,7 +23,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import UserError, as_override, as_typed, closest, did_you_mean
+from multigpu.config.errors import UserError, as_override, closest, did_you_mean, plain_or_quoted
 from multigpu.config.launch import check_port_free, check_world, cluster_started, mark_parent
 from multigpu.config.names import (
     COSINE,
@@ -503,7 +503,7 @@ def parse_precision(precision: Any, accelerator: str) -> str:
     if name in supported:
         return name
     hint = " (fp16 needs CUDA; on the CPU use bf16-mixed)" if name in CUDA_PRECISIONS else ""
-    shown = as_typed(precision) if isinstance(precision, str) else repr(precision)
+    shown = plain_or_quoted(precision) if isinstance(precision, str) else repr(precision)
     raise UserError(
         f"trainer.precision={shown} is not supported on {accelerator}{hint}: "
         f"use one of {', '.join(supported)}"

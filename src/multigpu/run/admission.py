@@ -237,9 +237,34 @@ def starting_point(
         checked = plan_init(init_from, runs_dir, net)
         return replace(fresh, init_from=checked.path, checked=checked)
     checked = None
+    if rank_zero and own.continued is None and own.recorded:
+        check_taken_back(fresh.folders, own)
     if rank_zero and own.continued is not None:
         checked = check_continues_its_record(fresh.folders[RUN_FOLDER], own)
     return replace(fresh, continued=own.continued, history=own.history, checked=checked)
+
+
+def checkpoint_elsewhere() -> str:
+    """A run's checkpoint, where the command does not say where its checkpoints went."""
+    return "ckpt_path=<its last.ckpt> (in the checkpoint folder it was trained with)"
+
+
+def check_taken_back(folders: dict[str, Path], own: Folder) -> None:
+    """A run folder whose record holds epochs continues from the ``last.ckpt`` of its
+    checkpoint folder. Where there is none (deleted, or the epochs' checkpoints went to another
+    ``callbacks.checkpoint.dirpath``), the run had started again from scratch and its record then
+    held two runs' epochs, the old ones after the new: refused, as a record only moves forward."""
+    run_folder, checkpoints = folders[RUN_FOLDER], checkpoint_folder(folders)
+    resumed = own.resumed_from if isinstance(own.resumed_from, dict) else {}
+    origin, carried = resumed.get("checkpoint"), resumed.get("epochs")
+    with_it = checkpoint_elsewhere()
+    if isinstance(origin, str) and Path(origin).is_file() and carried == len(own.recorded):
+        with_it = f"{as_typed(Path(origin))} (the checkpoint it was resumed from)"
+    raise OccupiedFolder(
+        f"{run_folder} holds this run after {len(own.recorded)} epoch(s), but {checkpoints} "
+        f"holds no {LAST} to continue it from: started again, its record would go back; "
+        f"continue it with {with_it}, or pass another hydra.run.dir"
+    )
 
 
 def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
@@ -785,6 +810,7 @@ class Folder:
     history: list[dict[str, Any]] = field(default_factory=list)
     finished: dict[str, Any] | None = None
     recorded: list[dict[str, Any]] = field(default_factory=list)  # its unfinished record's
+    resumed_from: dict[str, Any] | None = None  # its record's: the checkpoint it resumed
 
 
 def folder_state(
@@ -824,13 +850,14 @@ def folder_state(
             raise OccupiedFolder(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
-                f"{as_typed(last)} trainer.max_epochs={max_epochs}"
+                f"{as_typed(last) if last.is_file() else checkpoint_elsewhere()} "
+                f"trainer.max_epochs={max_epochs}"
             )
         return Folder(finished=previous)
     history = previous.get("history")
     history = history if isinstance(history, list) else []
     if not last.is_file():
-        return Folder(recorded=history)
+        return Folder(recorded=history, resumed_from=previous.get("resumed_from"))
     if isinstance(max_epochs, int) and max_epochs != -1 and len(history) >= max_epochs:
         raise NothingToDo(  # not continued to a `completed` of fewer epochs than it holds
             f"{output_dir} holds this run, {status} after {len(history)} epoch(s), and "
