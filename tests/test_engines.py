@@ -113,9 +113,10 @@ def job_output(cwd: Path) -> str:
     return out.read_text()[-3000:] if out.is_file() else "no output yet"
 
 
-def batch_script(overrides: list[str]) -> str:
+def batch_script(overrides: list[str], tasks: int = 2) -> str:
     """The README's batch script, with this environment's Python and these overrides."""
-    options = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--mem=4G", "--requeue"]
+    options = ["--nodes=1", f"--ntasks-per-node={tasks}", "--cpus-per-task=1", "--mem=4G"]
+    options.append("--requeue")
     options += ["--signal=USR1@90", "--open-mode=append"]
     lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options)]
     lines.append(f"srun {sys.executable} {REPO / 'train.py'} {' '.join(overrides)}")
@@ -155,12 +156,17 @@ def test_tasks_that_do_not_match_the_devices_are_named(slurm, tmp_path):
 
 
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
-def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root):
+@pytest.mark.parametrize("tasks", [2, 1], ids=["ddp", "one_task"])
+def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root, tasks):
     """SLURM's warning signal (what --signal=USR1@90 sends before a time limit) requeues the
-    job; it stops, starts again in the same folder and goes on from epoch 1's checkpoint."""
+    job; it stops, starts again in the same folder and goes on from epoch 1's checkpoint. In a
+    job of one task, Lightning's own requeue had answered it (a mid-epoch checkpoint, resumed
+    unchecked, its record naming no resume)."""
     slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
     overrides = [*DDP, f"data.root={data_root}", *slow, "+callbacks.slow.seconds=1"]
-    job = sbatch(batch_script(overrides), tmp_path)
+    if tasks == 1:
+        overrides += ["strategy=single", "trainer.devices=1"]
+    job = sbatch(batch_script(overrides, tasks), tmp_path)
     run_dir = tmp_path / "outputs" / f"slurm-{job}.0"
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoints" / "last.ckpt").is_file():

@@ -196,12 +196,13 @@ def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
         raise refusal from None
 
 
-def plugins(run: Run, checkpoint_io: AtomicCheckpointIO) -> list[Any]:
-    """Atomic checkpoint files; under SLURM, Lightning's SLURM environment without its own
-    requeue on the warning signal (which saves a mid-epoch checkpoint): requeueing is ours,
-    and a requeued job resumes from its last epoch's checkpoint, as any restart does."""
+def plugins(checkpoint_io: AtomicCheckpointIO) -> list[Any]:
+    """Atomic checkpoint files; under SLURM (one task or one per device), Lightning's SLURM
+    environment without its own requeue on the warning signal (which saves a mid-epoch
+    checkpoint and resumes from it unchecked): requeueing is ours, and a requeued job resumes
+    from its last epoch's checkpoint, as any restart does."""
     found: list[Any] = [checkpoint_io]
-    if run.launcher == "cluster" and slurm_started(os.environ):
+    if slurm_started(os.environ):
         found.append(SLURMEnvironment(auto_requeue=False))
         requeue_on_warning(os.environ)
     return found
@@ -261,7 +262,7 @@ def set_up(
             *([BarLoss()] if bar else []),  # before the bar, which shows the loss it reads
             *callbacks,
         ],
-        plugins=plugins(run, checkpoint_io),
+        plugins=plugins(checkpoint_io),
         enable_checkpointing=any(isinstance(c, Checkpoint) for c in callbacks),
         enable_progress_bar=bar,
         use_distributed_sampler=False,  # the data modules shard for DDP themselves
