@@ -182,9 +182,11 @@ def test_a_resume_is_refused_by_name_unless_every_difference_is_allowed(saved, c
     elif refused:
         with pytest.raises(UserError) as error:
             check_same_run(Path("x.ckpt"), saved, current, allowed)
-        text = str(error.value)
-        assert "\n" not in text and f"resume_changes=[{','.join(refused)}]" in text
+        text, suggested = str(error.value), [*allowed, *refused]  # those allowed are kept
+        assert "\n" not in text and f"resume_changes=[{','.join(suggested)}]" in text
         assert "init_from=x.ckpt" in text
+        # Pasted back, the list resumes: seed and data.seed (${seed}) had each asked for the other.
+        assert check_same_run(Path("x.ckpt"), saved, current, suggested) == changed
     else:
         assert check_same_run(Path("x.ckpt"), saved, current, allowed) == changed
 

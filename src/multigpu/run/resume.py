@@ -205,7 +205,7 @@ def check_same_run(
     check_allowed_keys(allowed, saved, current)
     refused = refused_changes(saved, current, allowed)
     if refused:
-        keys = ",".join(refused)
+        keys = ",".join([*allowed, *refused])  # those it allows already, kept
         raise UserError(
             f"ckpt_path={path} was trained with other settings ({describe(refused)}): a "
             f"resume continues the same run; pass resume_changes=[{keys}] to change "
