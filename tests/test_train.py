@@ -267,4 +267,24 @@ def test_eval_keeps_no_copy_of_its_config():
         "hydra.output_subdir=.hydra: eval.py writes nothing, not even a copy of its config (its "
         "result is the JSON on stdout); drop it"
     )
-    assert refusal(argv[:2], "eval", evaluation_values) is None
+    assert refusal(argv[:2], "eval", evaluation_values) == (
+        "hydra.run.dir=r1: eval.py writes nothing, and makes no folder (its result is the JSON "
+        "on stdout); drop it"
+    )  # Hydra had made the folder, empty
+    assert refusal(argv[:1], "eval", evaluation_values) is None
+
+
+def test_eval_refuses_a_trainer_setting_it_would_ignore(finished_run):
+    """``eval.py ... +trainer.limit_test_batches=0.25`` had tested the whole set, and
+    ``trainer.max_epochs=5`` changed nothing (found by a fresh try): refused, by the command
+    line's check or, for an append it leaves to the job, by the job before torch."""
+    from multigpu.run.command_line import as_hydra_sets_it, evaluation_values, refusal
+
+    ckpt = f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}"
+    said = "trainer.max_epochs is not read by eval.py, which tests the whole test set on one"
+    assert refusal([ckpt, "trainer.max_epochs=5"], "eval", evaluation_values).startswith(said)
+    assert refusal([ckpt, "trainer.precision=bf16-mixed"], "eval", evaluation_values) is None
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("eval", [ckpt, "+trainer.limit_test_batches=0.25"], return_hydra_config=True)
+    with as_hydra_sets_it(cfg), pytest.raises(UserError, match="^trainer.limit_test_batches is"):
+        evaluate(cfg)

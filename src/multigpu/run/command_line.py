@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from multigpu.config.computation import flatten
 from multigpu.config.errors import Unresolved, UserError, closest, did_you_mean, message
+from multigpu.config.job_names import task_overrides
 from multigpu.config.launch import LAUNCHERS
 from multigpu.config.typo_hydra import conf_dir, cwd
 from multigpu.config.typos import Composition, check_interpolations, find_typos, hydra_refusal
@@ -176,13 +177,39 @@ def training_values(cfg: Any) -> None:
     resolve_run(cfg, dict(cfg.hydra.runtime.choices), Machine.this(multirun=False))
 
 
+# What eval.py reads of ``trainer``: the rest is training's, and would be ignored.
+EVALUATION_READS = ("trainer.accelerator", "trainer.devices", "trainer.precision")
+
+
 def evaluation_values(cfg: Any) -> None:
     """What eval.py refuses before Hydra starts its job: a copy of its config
     (``hydra.output_subdir``), which Hydra writes as the job starts, into a folder that may be a
-    run's (whose own copy it would replace). eval.py writes nothing: its result is stdout's."""
+    run's (whose own copy it would replace), and a folder for its job (``hydra.run.dir``), which
+    Hydra makes: eval.py writes nothing, its result is stdout's. And a trainer setting it does
+    not read, which had been taken and ignored (``+trainer.limit_test_batches=0.25`` tested the
+    whole set)."""
     subdir = cfg.hydra.get("output_subdir")
     if subdir is not None:
         raise UserError(
             f"hydra.output_subdir={subdir}: eval.py writes nothing, not even a copy of its config "
             "(its result is the JSON on stdout); drop it"
+        )
+    check_evaluation_overrides(cfg.hydra)
+
+
+def check_evaluation_overrides(hydra: Any) -> None:
+    """The command line of eval.py (``hydra``: Hydra's config, its record of it) sets no
+    folder for Hydra to make and no trainer setting eval.py does not read."""
+    overrides = [*task_overrides(hydra), *map(str, hydra.overrides.get("hydra") or [])]
+    given = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
+    if "hydra.run.dir" in given:
+        raise UserError(
+            f"hydra.run.dir={hydra.run.dir}: eval.py writes nothing, and makes no folder (its "
+            "result is the JSON on stdout); drop it"
+        )
+    for key in (k for k in given if k.startswith("trainer.") and k not in EVALUATION_READS):
+        raise UserError(
+            f"{key} is not read by eval.py, which tests the whole test set on one device with "
+            "trainer.accelerator, trainer.devices and trainer.precision: drop it (to test on "
+            "fewer images: data.test_subset=<images>)"
         )

@@ -15,6 +15,7 @@ import os
 import signal
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from multigpu.config.errors import Interrupted, UserError
@@ -30,6 +31,7 @@ from multigpu.config.settings import (
     resolve_hardware,
 )
 from multigpu.run.cli import hydra_runtime
+from multigpu.run.command_line import check_evaluation_overrides
 from multigpu.run.resume import find_checkpoint
 
 # What eval.py reads of its config (a data set's option sets its _target_; paths, runs_dir).
@@ -87,6 +89,8 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
             "ckpt_path is required: python eval.py ckpt_path=<run>/checkpoints/last.ckpt "
             "(or ckpt_path=latest)"
         )
+    if HydraConfig.initialized():  # a command line it was not checked on before (an append)
+        check_evaluation_overrides(HydraConfig.get())
     path = find_checkpoint(cfg.ckpt_path, "ckpt_path", cfg.paths.runs_dir, None, [])
     check_types(cfg)
     check_evaluation(cfg, choices_of(cfg))
