@@ -159,6 +159,16 @@ REFUSED = {
         ["hydra.sweeper.storage=sqlite:////no/such/folder/optuna.db"],
         "storage=sqlite:////no/such/folder/optuna.db",
     ),
+    # Taken by the sampler's constructor: a traceback once the startup trials are done, or a
+    # search that stays at one point (CMA-ES's every trial at the range's middle).
+    "cmaes_without_spread": (
+        ["hydra/sweeper/sampler=cmaes", "hydra.sweeper.sampler.sigma0=-1"],
+        "hydra.sweeper.sampler.sigma0=-1.0 must be above 0: Optuna takes it",
+    ),
+    "tpe_without_candidates": (
+        ["hydra.sweeper.sampler.n_ei_candidates=0"],
+        "hydra.sweeper.sampler.n_ei_candidates=0 must be at least 1: Optuna takes it",
+    ),
 }
 
 
@@ -166,6 +176,35 @@ REFUSED = {
 def test_a_setting_optuna_would_fail_on_is_refused_before_any_trial(case, tmp_path, capsys):
     overrides, named = REFUSED[case]
     assert named in refused(overrides, tmp_path, capsys)
+
+
+@examples(40)
+@given(st.sampled_from(["n_ei_candidates", "prior_weight"]), st.integers(-3, 3))
+def test_a_tpe_setting_is_refused_exactly_where_optunas_search_fails_on_it(key, value):
+    """Against Optuna itself (the second computation): a TPE sampler with the value asks ten
+    trials of a study; refused before the study exactly where that fails."""
+    import optuna
+    from hydra.utils import instantiate
+    from optuna.distributions import UniformDistribution
+
+    from multigpu.run.optuna_check import check_sampler_settings
+
+    settings = {"_target_": "optuna.samplers.TPESampler", "seed": 1, "n_startup_trials": 2}
+    settings[key] = value
+    try:
+        study = optuna.create_study(sampler=instantiate(settings))
+        for _ in range(10):
+            trial = study.ask({"x": UniformDistribution(0, 1)})
+            study.tell(trial, trial.params["x"])
+        fails = False
+    except ValueError:
+        fails = True
+    try:
+        check_sampler_settings(settings)
+        refused = False
+    except UserError:
+        refused = True
+    assert refused == fails
 
 
 # A value Hydra's own typed node refuses (before: Hydra's page, "Error merging override

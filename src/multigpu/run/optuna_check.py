@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from multigpu.config.errors import UserError, as_override, closest, did_you_mean, summary_line
 from multigpu.config.job_names import task_overrides
@@ -557,6 +558,47 @@ def made_sweeper(settings: DictConfig, sampler: dict[str, Any] | None = None) ->
         ) from None
 
 
+class SamplerSettings(BaseModel):
+    """What a sampler's constructor takes without a word, and its search then misuses: a
+    traceback once the startup trials are done (TPE's ``n_ei_candidates=0``, a negative
+    ``prior_weight``), or a search that collapses to one point (CMA-ES's ``sigma0=0``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TpeSettings(SamplerSettings):
+    n_ei_candidates: int = Field(24, ge=1)
+    prior_weight: float | None = Field(1.0, ge=0)
+
+
+class CmaEsSettings(SamplerSettings):
+    sigma0: float | None = Field(None, gt=0)
+
+
+SAMPLER_SETTINGS = {
+    "optuna.samplers.TPESampler": TpeSettings,
+    "optuna.samplers.CmaEsSampler": CmaEsSettings,
+}
+
+
+def check_sampler_settings(sampler: DictConfig | dict[str, Any]) -> None:
+    settings = SAMPLER_SETTINGS.get(sampler.get("_target_"))
+    values = OmegaConf.to_container(sampler) if OmegaConf.is_config(sampler) else dict(sampler)
+    try:
+        if settings is not None:
+            settings.model_validate(values)
+    except ValidationError as refused:
+        error = refused.errors()[0]
+        key, bound = error["loc"][0], error.get("ctx", {})
+        wanted = error["msg"].lower().removeprefix("input should be ")  # a wrong type
+        if "gt" in bound or "ge" in bound:
+            wanted = f"above {bound['gt']:g}" if "gt" in bound else f"at least {bound['ge']:g}"
+        raise UserError(
+            f"hydra.sweeper.sampler.{key}={values.get(key)} must be {wanted}: Optuna takes it, "
+            "and its search then fails once the startup trials are done, or stays at one point"
+        ) from None
+
+
 def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
     """An Optuna sampler other than the grid (a grid is a basic sweep: list the values)."""
     quiet_alembic()
@@ -566,6 +608,7 @@ def made_sampler(sampler: DictConfig | dict[str, Any]) -> Any:
 
     target = sampler.get("_target_")
     check_not_grid(sampler)
+    check_sampler_settings(sampler)
     try:
         made = instantiate(sampler)
     except Exception as err:  # noqa: BLE001 - a sampler that does not exist or takes other arguments
