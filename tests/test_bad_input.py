@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -443,6 +444,38 @@ def test_a_network_its_run_did_not_train_is_refused_before_torch_reads_the_file(
         f"(its run's metrics.json) and model.net.{setting}={value} is configured; pass "
         f"model.net.{setting}={was}"
     )
+
+
+def test_a_resume_with_other_settings_is_refused_before_torch_reads_the_file(
+    trained_run, monkeypatch
+):
+    """Its run's record names the settings a checkpoint in ``<run>/checkpoints`` holds: a
+    resume with another learning rate is refused from it (it took 10-12 s, found by a fresh
+    try), the file left unread. A record whose run was resumed with changes leaves it to the
+    checkpoint, which may be older than the change."""
+    from multigpu.run import resume
+    from multigpu.storage import checkpoint as reader
+
+    def unread(path):
+        raise AssertionError(f"{path} was read")
+
+    monkeypatch.setattr(reader, "load_checkpoint", unread)
+    last = trained_run / "checkpoints" / "last.ckpt"
+    record = json.loads((trained_run / "metrics.json").read_text())
+    recorded = record["settings"]
+    net = {name: recorded[f"model.net.{name}"] for name in resume.NETWORK_SHAPE}
+    changed = {**recorded, "model.optimizer.lr": recorded["model.optimizer.lr"] * 3}
+    with pytest.raises(UserError, match=f"^ckpt_path={re.escape(str(last))} was trained with "):
+        resume.plan_resume(str(last), trained_run.parent, changed, [], 5, net)
+    with pytest.raises(AssertionError, match="was read"):  # allowed: the file is read
+        resume.plan_resume(str(last), trained_run.parent, changed, ["model.optimizer.lr"], 5, net)
+    origin = {"checkpoint": "elsewhere.ckpt", "epochs": 1, "changed": {"model.optimizer.lr": [1]}}
+    (trained_run / "metrics.json").write_text(json.dumps({**record, "resumed_from": origin}))
+    try:
+        with pytest.raises(AssertionError, match="was read"):
+            resume.plan_resume(str(last), trained_run.parent, changed, [], 5, net)
+    finally:  # the run is the module's
+        (trained_run / "metrics.json").write_text(json.dumps(record))
 
 
 SHAPES = {  # each network-shape setting: the values a record and a config may hold

@@ -303,6 +303,7 @@ def plan_resume(
     network included (``net``: the configured ``model.net``), before anything is written."""
     path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
     check_recorded_network(path, net, "ckpt_path")
+    check_recorded_settings(path, settings, allowed)
     # torch: only once there is a file to read
     from multigpu.storage.checkpoint import (
         check_resumable,
@@ -333,6 +334,19 @@ def plan_init(init_from: Any, runs_dir: str | Path, net: dict[str, Any]) -> Chec
     path = find_checkpoint(init_from, "init_from", runs_dir, None, [])
     check_recorded_network(path, net, "init_from")
     return Checked(canonical(path), read_fitting(path, net, "init_from"))  # as a resume's
+
+
+def check_recorded_settings(path: Path, settings: dict[str, Any], allowed: list[str]) -> None:
+    """Before torch loads: a checkpoint in its run's ``checkpoints`` folder, of a run never
+    resumed with changes, holds the settings its run's record names, so a resume with others
+    is refused at once (about a second, not ten). A record whose run changed on a resume
+    (``resumed_from.changed``) may hold other settings than an older checkpoint beside it:
+    the checkpoint answers, as one kept elsewhere does."""
+    record = record_beside(path) if path.parent.name == "checkpoints" else None
+    resumed = (record or {}).get("resumed_from")
+    saved = (record or {}).get("settings")
+    if isinstance(saved, dict) and not (isinstance(resumed, dict) and resumed.get("changed")):
+        check_same_run(path, saved, settings, allowed)
 
 
 def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:
