@@ -176,31 +176,35 @@ def test_a_folder_whose_checkpoints_are_elsewhere_is_not_started_again(tmp_path)
 
     folder, aside = tmp_path / "run", tmp_path / "aside"
     elsewhere = [*SYNTHETIC, f"callbacks.checkpoint.dirpath={aside}"]
-    assert train(composed([*elsewhere, "trainer.max_epochs=1"], folder))["epochs"] == 1
-    record = record_of(folder)  # stopped after its first epoch, as Ctrl-C leaves it
+    assert train(composed([*elsewhere, "trainer.max_epochs=2"], folder))["epochs"] == 2
+    record = record_of(folder)  # stopped after its second epoch, as Ctrl-C leaves it
     (folder / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
     before = snapshot(tmp_path)
     with pytest.raises(OccupiedFolder) as refused:
-        train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
+        train(composed([*SYNTHETIC, "trainer.max_epochs=3"], folder))
     assert str(refused.value) == (
-        f"{folder} holds this run after 1 epoch(s), but {folder / 'checkpoints'} holds no "
+        f"{folder} holds this run after 2 epoch(s), but {folder / 'checkpoints'} holds no "
         "last.ckpt to continue it from: started again, its record would go back; continue it "
         "with ckpt_path=<its last.ckpt> (in the checkpoint folder it was trained with), or "
         "pass another hydra.run.dir"
     )
     assert snapshot(tmp_path) == before
     # Resumed from a checkpoint and stopped before its own first: that checkpoint is named.
-    origin = {"checkpoint": str(aside / "last.ckpt"), "epochs": 1, "changed": {}}
+    origin = {"checkpoint": str(aside / "last.ckpt"), "epochs": 2, "changed": {}}
     resumed = {**record, "status": "interrupted", "resumed_from": origin}
     (folder / "metrics.json").write_text(json.dumps(resumed))
     with pytest.raises(OccupiedFolder, match=re.escape(
         f"continue it with ckpt_path={aside / 'last.ckpt'} (the checkpoint it was resumed from)"
     )):  # fmt: skip
-        train(composed([*SYNTHETIC, "trainer.max_epochs=2"], folder))
-    onward = [*SYNTHETIC, "trainer.max_epochs=2", f"ckpt_path={aside / 'last.ckpt'}"]
+        train(composed([*SYNTHETIC, "trainer.max_epochs=3"], folder))
+    # None due yet (saved every 3 epochs; or no checkpoints at all): it starts again, as before.
+    for none_due in (["callbacks.checkpoint.every_n_epochs=3"], ["callbacks.checkpoint=null"]):
+        again = admitted(composed([*SYNTHETIC, "trainer.max_epochs=3", *none_due], folder), folder)
+        assert again.continued is None and again.resume is None
+    onward = [*SYNTHETIC, "trainer.max_epochs=3", f"ckpt_path={aside / 'last.ckpt'}"]
     continued = train(composed(onward, folder))
-    assert continued["status"] == "completed" and continued["epochs"] == 2
-    assert continued["history"][0] == record["history"][0]
+    assert continued["status"] == "completed" and continued["epochs"] == 3
+    assert continued["history"][:2] == record["history"]
 
 
 @pytest.mark.slow  # whole runs, 7-11 s: the default suite's 5 minutes; CI runs the slow suite

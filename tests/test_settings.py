@@ -5,6 +5,7 @@ for machines it is not (a GPU server, a cluster job), since the resolution is pu
 from __future__ import annotations
 
 import ast
+import atexit
 import inspect
 import os
 import re
@@ -154,8 +155,10 @@ def test_a_rank_set_by_hand_is_refused_before_anything(tmp_path):
 
 
 # An LSF job's rank file: its launch host, then its compute hosts, this one among them.
-_, RANKFILE = tempfile.mkstemp(prefix="ranks")
+_descriptor, RANKFILE = tempfile.mkstemp(prefix="ranks")
+os.close(_descriptor)
 Path(RANKFILE).write_text(f"launch-host\n{socket.gethostname()}\n")
+atexit.register(os.unlink, RANKFILE)
 LAUNCHED_BY = {  # what each launcher sets besides a process's rank
     "nothing": {},
     "torchrun": {**TORCHRUN_2, "TORCHELASTIC_RUN_ID": "abc"},

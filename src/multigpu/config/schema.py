@@ -272,11 +272,14 @@ class Trainer(Node):
     )
     limit_test_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
     limit_predict_batches: Batches = setting(1.0, f"0 or more ({FRACTION_OR_COUNT})", 0.5, ge=0)
-    overfit_batches: Annotated[float, BeforeValidator(_none_or_all)] = setting(
-        0.0,  # Lightning evaluates the same share of the test set: the run's test accuracy
-        "0 (off) or 1.0 (every batch, unshuffled): Lightning tests on the same share of the test "
-        "set, recorded as the test accuracy; to train on a few batches, "
+    overfit_batches: float = setting(
+        0.0,  # Lightning tests on the same share, and replaces the data's samplers (a process's
+        # share under DDP, the memory pipeline's whole batches) with one that loads one by one
+        "0: Lightning would test on the same share of the test set (recorded as the test "
+        "accuracy) and load the data its own way; to train on a few batches, "
         "data.train_subset=<images> data.shuffle=false",
+        ge=0,
+        le=0,
     )
     val_check_interval: Annotated[Batches, Field(gt=0)] | str | dict | None = setting(
         None,

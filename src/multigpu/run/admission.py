@@ -237,11 +237,24 @@ def starting_point(
         checked = plan_init(init_from, runs_dir, net)
         return replace(fresh, init_from=checked.path, checked=checked)
     checked = None
-    if rank_zero and own.continued is None and own.recorded:
+    if rank_zero and own.continued is None and checkpoint_due(cfg, len(own.recorded)):
         check_taken_back(fresh.folders, own)
     if rank_zero and own.continued is not None:
         checked = check_continues_its_record(fresh.folders[RUN_FOLDER], own)
     return replace(fresh, continued=own.continued, history=own.history, checked=checked)
+
+
+def checkpoint_due(cfg: DictConfig, epochs: int) -> bool:
+    """Whether a run that recorded ``epochs`` must have written a checkpoint by then: with a
+    checkpoint callback saving every ``every_n_epochs``, one before the last recorded epoch (the
+    record of an epoch is written before its checkpoint: a kill between them leaves none yet).
+    Without one due, the run starts again and its record keeps its later epochs until they are
+    trained again."""
+    checkpoint = (cfg.get("callbacks") or {}).get("checkpoint")
+    if not checkpoint:
+        return False
+    every = checkpoint.get("every_n_epochs", 1)
+    return isinstance(every, int) and epochs > every
 
 
 def checkpoint_elsewhere() -> str:
@@ -251,9 +264,10 @@ def checkpoint_elsewhere() -> str:
 
 def check_taken_back(folders: dict[str, Path], own: Folder) -> None:
     """A run folder whose record holds epochs continues from the ``last.ckpt`` of its
-    checkpoint folder. Where there is none (deleted, or the epochs' checkpoints went to another
-    ``callbacks.checkpoint.dirpath``), the run had started again from scratch and its record then
-    held two runs' epochs, the old ones after the new: refused, as a record only moves forward."""
+    checkpoint folder. Where there is none though one is due (``checkpoint_due``: deleted, or
+    the epochs' checkpoints went to another ``callbacks.checkpoint.dirpath``), the run had
+    started again from scratch and its record then held two runs' epochs, ending ``completed``
+    with the old ones after the new: refused, as a record only moves forward."""
     run_folder, checkpoints = folders[RUN_FOLDER], checkpoint_folder(folders)
     resumed = own.resumed_from if isinstance(own.resumed_from, dict) else {}
     origin, carried = resumed.get("checkpoint"), resumed.get("epochs")

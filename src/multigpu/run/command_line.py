@@ -202,7 +202,7 @@ def check_evaluation_overrides(hydra: Any) -> None:
     folder for Hydra to make and no trainer setting eval.py does not read."""
     overrides = [*task_overrides(hydra), *map(str, hydra.overrides.get("hydra") or [])]
     given = [o.split("=", 1)[0].lstrip("+~") for o in overrides]
-    if "hydra.run.dir" in given:
+    if "hydra.run.dir" in given and Path(str(hydra.run.dir)).resolve() != Path.cwd().resolve():
         raise UserError(
             f"hydra.run.dir={hydra.run.dir}: eval.py writes nothing, and makes no folder (its "
             "result is the JSON on stdout); drop it"

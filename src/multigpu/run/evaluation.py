@@ -120,6 +120,7 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     from multigpu.callbacks.interrupts import run_stop_signal
     from multigpu.callbacks.process_setup import EveryProcess
     from multigpu.run.build import build
+    from multigpu.run.fit import without_lightnings_requeue
     from multigpu.storage.checkpoint import classifier
 
     module = classifier(checkpoint, path, net)
@@ -149,6 +150,7 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
         enable_progress_bar=False,
         enable_model_summary=False,
         use_distributed_sampler=False,
+        plugins=without_lightnings_requeue(),  # eval.py writes nothing, no hpc_ckpt either
     )
     try:
         (result,) = trainer.test(module, datamodule=datamodule, verbose=False)

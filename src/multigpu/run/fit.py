@@ -51,7 +51,13 @@ from multigpu.config.errors import (
     add_note,
     summary_line,
 )
-from multigpu.config.launch import Signal, requeue_on_warning, slurm_started, stop_signals
+from multigpu.config.launch import (
+    Signal,
+    requeue_on_warning,
+    slurm_started,
+    stop_signals,
+    torchrun_started,
+)
 from multigpu.config.schema import Top, default_of
 from multigpu.config.settings import IN_PROCESS, ONE_DEVICE, Run, plain
 from multigpu.models.classifier import ImageClassifier
@@ -197,15 +203,22 @@ def build_trainer(node: DictConfig, **kwargs: Any) -> pl.Trainer:
 
 
 def plugins(checkpoint_io: AtomicCheckpointIO) -> list[Any]:
-    """Atomic checkpoint files; under SLURM (one task or one per device), Lightning's SLURM
-    environment without its own requeue on the warning signal (which saves a mid-epoch
-    checkpoint and resumes from it unchecked): requeueing is ours, and a requeued job resumes
-    from its last epoch's checkpoint, as any restart does."""
-    found: list[Any] = [checkpoint_io]
-    if slurm_started(os.environ):
-        found.append(SLURMEnvironment(auto_requeue=False))
+    """Atomic checkpoint files; under SLURM, requeueing on the warning signal is ours: a
+    requeued job resumes from its last epoch's checkpoint, as any restart does."""
+    cluster = without_lightnings_requeue()
+    if cluster:
         requeue_on_warning(os.environ)
-    return found
+    return [checkpoint_io, *cluster]
+
+
+def without_lightnings_requeue() -> list[Any]:
+    """Under SLURM (one task or one per device), Lightning's SLURM environment without its own
+    requeue on the warning signal, which saves a mid-epoch checkpoint (``hpc_ckpt_<n>.ckpt``)
+    and resumes from it unchecked; none for torchrun inside a SLURM job, whose environment
+    Lightning takes instead."""
+    if not slurm_started(os.environ) or torchrun_started(os.environ):
+        return []
+    return [SLURMEnvironment(auto_requeue=False)]
 
 
 def set_up(

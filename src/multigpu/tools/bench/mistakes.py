@@ -266,8 +266,8 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "overfit_batches_tests_on_part": (
         ["+trainer.overfit_batches=2"],
-        "trainer.overfit_batches=2 must be 0 (off) or 1.0 (every batch, unshuffled): Lightning "
-        "tests on the same share of the test set",
+        "trainer.overfit_batches=2 must be 0: Lightning would test on the same share of the "
+        "test set",
     ),
     "val_check_interval_zero": (
         ["+trainer.val_check_interval=0"],
