@@ -13,7 +13,7 @@ if __name__ == "__main__":
     with one_line_on_ctrl_c():
         from multigpu.run.command_line import check_command_line, evaluation_values
 
-        check_command_line("eval", evaluation_values)  # a misspelt key or option: exit 2
+        check_command_line("eval", evaluation_values, sweeps=False)  # a misspelt key: exit 2
 
 import json
 import sys

@@ -328,3 +328,26 @@ def test_a_held_stop_signal_after_an_error_line_ends_the_process_without_a_secon
         [sys.executable, "-c", code], env=process_env(None), capture_output=True, text=True
     )
     assert (done.returncode, done.stderr) == (-signal.SIGTERM, "error: refused\n")
+
+
+def test_torchs_exit_hook_says_nothing_after_a_stop_during_its_import():
+    """Stopped while torch imports (eval.py 2.5-3.7 s in, found by a fresh try), the stop's one
+    line was followed by torch's exit hook logging "FakeTensor cache stats:" and its counts at
+    INFO, which torch's own logging set-up, done as its import ends, would have kept out."""
+    import subprocess
+    import sys
+
+    from conftest import process_env
+
+    code = (
+        "import logging, sys\n"
+        "logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"  # as Hydra's job logging
+        "from multigpu.run.quiet import TORCH_AT_EXIT, quiet\n"
+        "quiet()\n"
+        "assert 'torch' not in sys.modules\n"
+        "logging.getLogger(TORCH_AT_EXIT).info('FakeTensor cache stats:')\n"  # the hook's line
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=process_env(None), capture_output=True, text=True
+    )
+    assert (done.returncode, done.stderr) == (0, "")

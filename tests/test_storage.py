@@ -200,6 +200,32 @@ def test_a_folder_is_refused_exactly_where_the_os_could_not_make_it(tmp_path_fac
     assert [p.name for p in base.iterdir()] == ["scratch"]  # nothing made by the check
 
 
+@pytest.mark.parametrize("names", [14, 16, 17])
+def test_a_folder_whose_path_leaves_no_room_for_its_files_is_refused(tmp_path, names):
+    """A path of names each short enough but together near the OS's 4096 bytes: a run folder
+    there had failed writing its record (a traceback, after Hydra's files), a checkpoint folder
+    once the first epoch had trained (found by a fresh try). Taken exactly where the folder
+    and a file of the longest name in it can be made (the second computation)."""
+    from multigpu.config.errors import WriteFailed
+    from multigpu.storage.atomic import check_creatable
+
+    folder = tmp_path.joinpath(*("d" * 250 for _ in range(names)))
+    try:
+        check_creatable(folder)
+        refused = None
+    except WriteFailed as err:
+        refused = str(err)
+    try:
+        folder.mkdir(parents=True)
+        (folder / ("f" * 255)).write_text("")
+        makeable = True
+    except OSError as err:
+        assert err.errno == errno.ENAMETOOLONG
+        makeable = False
+    assert (refused is None) == makeable, refused
+    assert refused is None or "more than the 4096 bytes a path can have" in refused
+
+
 def test_the_report_of_a_sweep_on_a_read_only_disk_is_one_line(can_mount, tmp_path, capsys):
     from test_record_file import record, write_job
 

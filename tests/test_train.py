@@ -274,6 +274,23 @@ def test_eval_keeps_no_copy_of_its_config():
     assert refusal(argv[:1], "eval", evaluation_values) is None
 
 
+@pytest.mark.parametrize("flag", ["-m", "--multirun"])
+def test_eval_runs_no_sweep(flag, monkeypatch, capsys, tmp_path):
+    """``eval.py -m ... data.test_subset=8,16`` wrote Hydra's multirun folder and its config
+    (and, for a refused job, three lines and the folder): eval.py writes nothing."""
+    from multigpu.run.command_line import check_command_line, evaluation_values
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["eval.py", flag, "ckpt_path=x.ckpt", "data.test_subset=8,16"])
+    with pytest.raises(SystemExit) as ended:
+        check_command_line("eval", evaluation_values, sweeps=False)
+    assert ended.value.code == 2 and list(tmp_path.iterdir()) == []
+    assert capsys.readouterr().err == (
+        f"error: {flag}: eval.py writes nothing, and a sweep writes Hydra's multirun folder; run "
+        "eval.py once for each value\n"
+    )
+
+
 def test_eval_refuses_a_trainer_setting_it_would_ignore(finished_run):
     """``eval.py ... +trainer.limit_test_batches=0.25`` had tested the whole set, and
     ``trainer.max_epochs=5`` changed nothing (found by a fresh try): refused, by the command

@@ -37,10 +37,20 @@ from multigpu.config.typos import Composition, check_interpolations, find_typos,
 ECHO_WAIT_S = 5.0
 
 
-def check_command_line(config_name: str, values: Callable[[Any], None] | None = None) -> None:
-    """Exit 2 with the one line of ``refusal``; else return, having written nothing."""
+def check_command_line(
+    config_name: str, values: Callable[[Any], None] | None = None, sweeps: bool = True
+) -> None:
+    """Exit 2 with the one line of ``refusal``; else return, having written nothing. Without
+    ``sweeps`` (eval.py, which writes nothing), ``-m`` is refused: Hydra writes a sweep's
+    folder and its config there."""
+    multirun = {"-m", "--multirun"} & set(sys.argv[1:])
     if cwd() is None:  # Hydra reads it first thing, with a traceback
         said = "the current folder no longer exists (deleted or moved): cd into one that does"
+    elif multirun and not sweeps:
+        said = (
+            f"{multirun.pop()}: eval.py writes nothing, and a sweep writes Hydra's multirun "
+            "folder; run eval.py once for each value"
+        )
     else:
         said = refusal(sys.argv[1:], config_name, values)
     if said:

@@ -83,9 +83,17 @@ class DropMessages(logging.Filter):
         return not message.startswith(self.starts)
 
 
+# torch's exit hook logs its compile cache's counts at INFO, which torch's own logging set-up
+# (done as its import ends) keeps out: a stop during that import had printed them after the
+# stop's one line.
+TORCH_AT_EXIT = "torch._subclasses.fake_tensor"
+
+
 def quiet() -> None:
     """Install the filters in this process (each entry point calls it, so spawned and
     re-launched DDP workers do too); idempotent."""
+    if logging.getLogger(TORCH_AT_EXIT).level == logging.NOTSET:
+        logging.getLogger(TORCH_AT_EXIT).setLevel(logging.WARNING)
     for category, message in WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)
     dropped = {name: LOG_MESSAGES for name in LIGHTNING_LOGGERS} | {SIGNAL_LOGGER: SIGNAL_MESSAGES}

@@ -114,7 +114,7 @@ def resume_hint(
         return f"resume with {as_typed(last)}" + (" (or ckpt_path=latest)" if latest else "")
     if resumed is not None:
         return f"no epoch had finished since the resume: resume with {as_typed(resumed)} again"
-    return "no epoch had finished, so there is no checkpoint to resume"
+    return "no checkpoint was written yet, so there is none to resume"
 
 
 def with_resume_hint(

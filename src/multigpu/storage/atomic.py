@@ -112,9 +112,25 @@ def check_creatable(folder: str | Path, probe: bool = True) -> None:
         raise write_failed(folder, error) from None
 
 
+FILES_ROOM = 1 + 255  # bytes: a file the run writes in the folder (an event file's name: 255)
+
+
 def check_names_fit(folder: Path) -> None:
-    """Each name along ``folder`` is one its file system can hold: ``mkdir`` would make the
-    folders above a name too long, then fail, and leave them behind."""
+    """Each name along ``folder`` is one its file system can hold, and the whole path, with
+    room for the files a run writes in it (``FILES_ROOM``), one the OS takes: ``mkdir`` would
+    make the folders above a name too long, then fail, and leave them behind; a record or a
+    checkpoint would fail once the run had started."""
+    try:
+        longest_path = os.pathconf(folder.anchor, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        longest_path = 4096  # Linux's
+    if len(os.fsencode(folder)) + FILES_ROOM > longest_path:
+        raise WriteFailed(
+            f"cannot write {str(folder)[:48]}...: its path is {len(os.fsencode(folder))} bytes "
+            f"long, and with the files a run writes in it, more than the {longest_path} bytes a "
+            "path can have (use a shorter one)",
+            errno.ENAMETOOLONG,
+        )
     place = Path(folder.anchor)
     for name in folder.parts[1:]:
         try:
