@@ -265,7 +265,7 @@ def test_a_stop_while_rank_0_waits_at_the_rendezvous_is_answered_at_once(tmp_pat
     assert time.monotonic() - stopped < 15
     (run_dir,) = run_dirs(tmp_path)
     record = metrics(run_dir)
-    said = "interrupted by SIGTERM while waiting for the run's other processes; no epoch had "
+    said = "interrupted by SIGTERM while waiting for the run's other processes; no checkpoint "
     assert record["status"] == "interrupted" and record["reason"].startswith(said), record
     assert stderr.strip().splitlines()[-1] == f"error: {record['reason']}"
     rank_1 = int(marker.read_text())
