@@ -29,6 +29,15 @@ TORCHRUN_VARIABLES = ("RANK", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 LSF_VARIABLES = ("LSB_JOBID", "LSB_DJOB_RANKFILE", "JSM_NAMESPACE_LOCAL_RANK", "JSM_NAMESPACE_SIZE")
 
 
+# Where a launcher gives a process its rank, the run-wide one first.
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
+
+
+def launched_rank(environ: Mapping[str, str]) -> str:
+    """This process's rank as the launcher's environment says it ("0": none says one)."""
+    return next((environ[k].strip() for k in RANK_VARIABLES if k in environ), "0")
+
+
 def torchrun_started(environ: Mapping[str, str]) -> bool:
     return all(name in environ for name in TORCHRUN_VARIABLES)
 

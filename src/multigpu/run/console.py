@@ -132,18 +132,12 @@ def stops_in_one_line() -> None:
     Hydra's start, a sweep between its jobs) had ended the process without a word. It still
     ends it, by the signal itself, after one line: said by a run's first process only (torchrun
     stops the others when one is refused), and not after an ``error:`` line said the ending."""
-    from multigpu.config.launch import Signal, processes_started, stop_signals
-
-    def is_first_process() -> bool:
-        try:
-            rank = processes_started(os.environ)[0]
-        except ValueError:  # a rank set by hand, which the checks refuse in their own line
-            rank = 0
-        return rank == 0 and os.environ.get("LOCAL_RANK", "0").strip() == "0"
+    from multigpu.config.launch import Signal, launched_rank, stop_signals
 
     def said_and_ended(signum: int, frame: object) -> None:
         signal.signal(signum, signal.SIG_DFL)
-        if is_first_process() and not getattr(sys.stderr, "said_an_error", False):
+        first = launched_rank(os.environ) == "0"  # as the record's writer decides
+        if first and not getattr(sys.stderr, "said_an_error", False):
             with contextlib.suppress(OSError):  # stderr gone (closed, | head): the status says it
                 os.write(2, f"error: interrupted by {Signal(signum).name}\n".encode())
         os.kill(os.getpid(), signum)

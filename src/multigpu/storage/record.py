@@ -26,6 +26,7 @@ from typing import Any
 
 from lightning_utilities.core.rank_zero import rank_zero_only
 
+from multigpu.config.launch import launched_rank
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import Outcome
 from multigpu.storage.record_file import (  # noqa: F401 (upgrade: this module's too)
@@ -39,7 +40,6 @@ from multigpu.storage.record_model import SCHEMA, Record
 
 RUNNING = "running"
 # Where launchers put a process's rank, in the order Lightning reads them.
-RANK_VARIABLES = ("RANK", "LOCAL_RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK")
 
 
 def is_rank_zero() -> bool:
@@ -47,7 +47,7 @@ def is_rank_zero() -> bool:
     as the launcher's environment says: torch-free, for the record written before training."""
     rank = getattr(rank_zero_only, "rank", None)
     if rank is None:
-        rank = next((os.environ[k].strip() for k in RANK_VARIABLES if k in os.environ), "0")
+        rank = launched_rank(os.environ)
     return str(rank) == "0"  # a rank that is no number is refused by config.launch
 
 
