@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import shlex
 import signal
 import time
 from pathlib import Path
@@ -19,6 +20,8 @@ from pathlib import Path
 import pytest
 from conftest import PROBES_ENV, compose_config, start_script
 from hydra.core.hydra_config import HydraConfig
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from multigpu.callbacks import interrupts
 from multigpu.config.errors import Interrupted, UserError
@@ -34,7 +37,10 @@ SWEEP = [
     "callbacks.progress_bar=null",
     "seed=1,2,3",
 ]
-AGAIN = "the sweep stops; its command run again runs the jobs left"
+
+
+def again(sweep: Path) -> str:
+    return f"the sweep stops; its command run again with hydra.sweep.dir={sweep} runs the jobs left"
 
 
 @pytest.fixture
@@ -89,7 +95,7 @@ def test_a_signal_while_the_next_job_is_set_up_records_it_and_stops_the_sweep(tm
     sweep's command run again skips the completed job and runs the others."""
     code, stderr, sweep = stopped_sweep(tmp_path, "job_start", 1, signum)
     assert code == 128 + signum, stderr[-3000:]
-    reason = f"interrupted by {signum.name} before training started; {AGAIN}"
+    reason = f"interrupted by {signum.name} before training started; {again(sweep)}"
     assert errors(stderr) == [f"error: {reason}"] and "Traceback" not in stderr
     first = record_of(sweep / "seed_1")
     assert first["status"] == "completed"
@@ -99,9 +105,10 @@ def test_a_signal_while_the_next_job_is_set_up_records_it_and_stops_the_sweep(tm
     assert not (sweep / "seed_3").exists()
     if signum != signal.SIGTERM:
         return
-    again = start_script("train.py", "-m", *SWEEP, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
-    _, said = again.communicate(timeout=300)
-    assert again.returncode == 0, said[-3000:]
+    advised = shlex.split(reason.split(" with ")[1].removesuffix(" runs the jobs left"))
+    rerun = start_script("train.py", "-m", *SWEEP, *advised, cwd=tmp_path)  # as the line says
+    _, said = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, said[-3000:]
     assert record_of(sweep / "seed_1") == first  # skipped, as it was
     assert {record_of(sweep / f"seed_{n}")["status"] for n in (2, 3)} == {"completed"}
 
@@ -113,7 +120,7 @@ def test_a_signal_after_a_job_before_the_next_ones_folder_stops_the_sweep(tmp_pa
     job 1's folder is never made (as a single run's before Hydra makes it)."""
     code, stderr, sweep = stopped_sweep(tmp_path, "job_end", 0, signal.SIGTERM)
     assert code == 143, stderr[-3000:]
-    said = f"error: interrupted by SIGTERM between the sweep's jobs: {AGAIN}"
+    said = f"error: interrupted by SIGTERM between the sweep's jobs: {again(sweep)}"
     assert errors(stderr) == [said] and "Traceback" not in stderr
     assert record_of(sweep / "seed_1")["status"] == "completed"
     assert sorted(p.name for p in sweep.glob("seed_*")) == ["seed_1"]
@@ -136,12 +143,13 @@ def test_between_jobs_a_signal_ends_the_sweep_in_one_line(handlers, monkeypatch,
     from multigpu.run import sweep
 
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
-    sweep.stop_between_jobs()
+    sweep.stop_between_jobs("multirun/2026-11-28/10-00-00")
     with pytest.raises(SystemExit) as ended:
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     assert ended.value.code == 143
     said = capfd.readouterr().err.strip().splitlines()  # written to the descriptor itself
-    assert said == [f"error: interrupted by SIGTERM between the sweep's jobs: {AGAIN}"]
+    left = again(Path("multirun/2026-11-28/10-00-00"))
+    assert said == [f"error: interrupted by SIGTERM between the sweep's jobs: {left}"]
     assert all(signal.getsignal(s) == signal.SIG_IGN for s in STOP_SIGNALS)
 
 
@@ -296,3 +304,21 @@ def test_a_signal_while_signals_are_held_acts_once_the_block_has_ended():
         assert came == ["block ended", "handled"]
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+@given(st.text(st.characters(codec="utf-8", exclude_characters="\0\n\r"), min_size=1))
+def test_the_stop_line_names_a_setting_that_reads_back_as_the_sweeps_folder(folder):
+    """The setting the line names, pasted into a shell and read by Hydra's grammar, is the
+    sweep's folder again (a plain path as it is, any other one quoted)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from multigpu.run.training import jobs_left
+
+    assume("${" not in folder)  # an interpolation: a sweep's folder is resolved already
+    line = jobs_left(folder)
+    setting = line.removeprefix("the sweep stops; its command run again with ")
+    words = shlex.split(setting.removesuffix(" runs the jobs left"))
+    assert len(words) == 1
+    (override,) = OverridesParser.create().parse_overrides(words)
+    assert override.key_or_group == "hydra.sweep.dir"
+    assert str(override.value()) == folder

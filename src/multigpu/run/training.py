@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
+import shlex
 import signal
 import threading
 import time
@@ -21,6 +23,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NoReturn
 
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from multigpu.callbacks.interrupts import Ending, by_first_signal, noted_only, one_ending
@@ -90,22 +93,53 @@ def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
         signal.raise_signal(signum)
         return
     admission = _admitted[canonical(output_dir)]
-    outcome = not_started(Signal(signum), multirun=False)
+    outcome = not_started(Signal(signum))
     record_unstarted(output_dir, admission.run.record(), admission.settings, outcome, owned=True)
     os.write(2, f"error: {outcome.reason}\n".encode())  # not print: it may be inside one
     os._exit(outcome.exit_code)  # Hydra's job set-up is not ours to unwind
 
 
-def not_started(signum: Signal, multirun: bool) -> Outcome:
+def not_started(signum: Signal, sweep_dir: Any = None) -> Outcome:
     """How a run that a stop signal ended before its training started ended: its command run
-    again starts it (a sweep's runs the jobs left, this one among them)."""
-    again = (
-        "the sweep stops; its command run again runs the jobs left"
-        if multirun
-        else "run the command again"
-    )
+    again starts it (a sweep's, over ``sweep_dir``, runs the jobs left, this one among them)."""
+    again = "run the command again" if sweep_dir is None else jobs_left(sweep_dir)
     reason = f"interrupted by {signum.name} before training started; {again}"
     return Outcome("interrupted", reason, 128 + signum)
+
+
+SHELL_SAFE = re.compile(r"[\w./:=+-]+", re.ASCII)  # what a shell passes on as it is
+
+
+def reads_back(setting: str, value: str) -> bool:
+    """Whether ``setting``, typed as it is, reaches Hydra as the text ``value`` (not ``null``,
+    ``FALSE`` or ``1e3``, which Hydra reads as other types)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    if not SHELL_SAFE.fullmatch(setting):
+        return False
+    try:
+        (override,) = OverridesParser.create().parse_overrides([setting])
+    except HydraException:
+        return False
+    return override.value() == value
+
+
+def jobs_left(sweep_dir: Any) -> str:
+    """What runs a stopped sweep's jobs left: its command over the same folder (without
+    ``hydra.sweep.dir`` the command makes a new one, named by the time it starts)."""
+    setting = f"hydra.sweep.dir={sweep_dir}"
+    if not reads_back(setting, str(sweep_dir)):  # in Hydra's quotes, then the shell's
+        doubled = re.sub(r'(\\+)(?="|$)', lambda run: run[1] * 2, str(sweep_dir))
+        setting = shlex.quote('hydra.sweep.dir="' + doubled.replace('"', '\\"') + '"')
+    return f"the sweep stops; its command run again with {setting} runs the jobs left"
+
+
+def sweep_dir_of(cfg: DictConfig) -> Any:
+    """The sweep's folder of a multirun's job, else None."""
+    if not hydra_runtime(cfg)[1]:
+        return None
+    return (cfg.hydra if "hydra" in cfg else HydraConfig.get()).sweep.dir
 
 
 def record_unstarted(
@@ -220,11 +254,11 @@ def stop_sweep_after(cfg: DictConfig, output_dir: Path, ending: Ending | None) -
     """A signal that only skipped the work after the last epoch of a sweep's job stops the
     sweep: the job completed, and the others wait for the sweep's command run again. Raised
     inside ``one_ending``'s block, which then keeps ignoring later signals until exit."""
-    stop = ending.first if ending is not None else None
-    if stop is not None and hydra_runtime(cfg)[1]:
+    stop, sweep_dir = ending.first if ending is not None else None, sweep_dir_of(cfg)
+    if stop is not None and sweep_dir is not None:
         raise Interrupted(
             f"interrupted by {stop.name} after the last epoch of {output_dir.name} (completed): "
-            "the sweep stops; its command run again runs the jobs left",
+            f"{jobs_left(sweep_dir)}",
             128 + stop,
         )
 
@@ -334,7 +368,7 @@ def recorded_if_stopped(
     signum = stop_of(error, ending)
     if signum is None or isinstance(error, (OccupiedFolder, NothingToDo)):
         return error
-    ended = not_started(signum, hydra_runtime(cfg)[1])
+    ended = not_started(signum, sweep_dir_of(cfg))
     if admission is not None:
         run, settings = admission.run.record(), admission.settings
     else:
