@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from conftest import (
     start_script,
 )
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig
 
+from multigpu.config.errors import UserError
 from multigpu.run.cli import register_resolvers
 
 pytestmark = pytest.mark.subprocess
@@ -238,6 +241,82 @@ def test_optuna_and_slurm_configs_compose():
     assert set(cfg.hydra.sweeper.params) == {"model.optimizer.lr", "data.batch_size"}
     assert cfg.hydra.launcher._target_.endswith("SlurmLauncher")
     assert (cfg.hydra.launcher.nodes, cfg.hydra.launcher.tasks_per_node) == (2, 4)
+
+
+def slurm_job(*overrides: str) -> DictConfig:
+    register_resolvers()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose(
+            "config",
+            overrides=["hydra/launcher=slurm", "paths.output_dir=.", *overrides],
+            return_hydra_config=True,
+        )
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "auto", "scatter_allreduce"])
+@pytest.mark.parametrize("devices", ["1", "2", "[0,1]", "[0,1,2]", "'0,1'"])
+def test_a_slurm_job_asks_for_what_the_run_resolves(strategy, devices):
+    """Each node's tasks and GPUs, for every way ``trainer.devices`` is written (a list of ids
+    had failed to resolve), are what the run's settings make of the same config on a machine
+    with GPUs to spare: a task per process on the node, a GPU per device."""
+    cfg = slurm_job(f"strategy={strategy}", f"trainer.devices={devices}", "data.batch_size=240")
+    cfg.trainer.accelerator = "gpu"
+    run = resolve_on(cfg, cuda_devices=8, cpu_cores=8)
+    asked = (cfg.hydra.launcher.tasks_per_node, cfg.hydra.launcher.gpus_per_node)
+    assert asked == (run.processes // run.num_nodes, len(run.device_ids))
+
+
+@pytest.mark.parametrize("accelerator", ["gpu", "cpu"])
+def test_a_slurm_sweep_is_checked_on_the_node_it_asks_for(accelerator):
+    """A login node has no GPU: a GPU sweep submitted from it is resolved on the node its jobs
+    ask Slurm for (its GPUs, its tasks' cores), as the job itself will be there."""
+    from multigpu.config.settings import Machine, resolve_run
+    from multigpu.run.cli import hydra_runtime
+    from multigpu.run.preflight import job_machine
+
+    cfg = slurm_job("strategy=ddp", "trainer.devices=2", f"trainer.accelerator={accelerator}")
+    login = Machine(cuda_devices=0, cpu_cores=1, environ={}, multirun=True)
+    run = resolve_run(cfg, hydra_runtime(cfg)[0], job_machine(cfg, login))
+    assert (run.accelerator, run.device_ids, run.processes) == (
+        "cuda" if accelerator == "gpu" else "cpu",
+        (0, 1),
+        2,
+    )
+    if accelerator == "gpu":  # the login node itself has none
+        with pytest.raises(UserError, match="has no CUDA device"):
+            resolve_run(cfg, hydra_runtime(cfg)[0], login)
+
+
+@pytest.mark.parametrize(
+    ("devices", "said"),
+    [
+        ("-1", "trainer.devices=-1 asks for every GPU of a node, which hydra/launcher=slurm asks"),
+        ("auto", "trainer.devices=auto asks for every GPU of a node"),
+        ("[2,3,5]", "trainer.devices=[2, 3, 5] under hydra/launcher=slurm: Slurm numbers the "),
+    ],
+)
+def test_a_slurm_gpu_job_counts_its_gpus_from_0(devices, said):
+    """Slurm is asked for a number of GPUs, which the job sees as 0..n-1: every GPU of a node
+    (it would get one) and ids beyond the count (the job would fail on the node) are refused
+    before anything is submitted."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.preflight import job_machine
+
+    cfg = slurm_job("strategy=ddp", f"trainer.devices={devices}", "trainer.accelerator=gpu")
+    with pytest.raises(UserError, match=re.escape(said)):
+        job_machine(cfg, Machine(cuda_devices=0, cpu_cores=1, environ={}, multirun=True))
+
+
+def test_a_slurm_sweep_needs_slurms_commands(tmp_path, monkeypatch):
+    """Where no ``srun`` is on the PATH, the launcher is refused in one line (submitit raised
+    a traceback once the sweep's folder was made); with one there, it is not."""
+    from multigpu.run.slurm_extra import cannot_submit
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "whose srun is not on this machine's PATH" in (cannot_submit() or "")
+    (tmp_path / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "srun").chmod(0o755)
+    assert cannot_submit() is None
 
 
 def test_the_slurm_launcher_declares_the_submitit_settings():

@@ -20,11 +20,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from omegaconf import Container, DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from multigpu.config.errors import as_override
 from multigpu.config.names import MODEL
-from multigpu.config.schema import defaults
+from multigpu.config.schema import defaults, plain
 from multigpu.config.settings import Run
 
 # Whole nodes that do not change what is computed.
@@ -100,15 +100,10 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def as_container(value: Any) -> Any:
-    """Plain Python values, as JSON keeps them (a config's lists and nodes included)."""
-    return OmegaConf.to_container(value, resolve=True) if isinstance(value, Container) else value
-
-
 def computation(cfg: DictConfig, run: Run) -> dict[str, Any]:
     """The settings of ``cfg`` that change what it computes, with the batch, lr, warm-up and
     precision as ``run`` resolved them."""
-    config = {key: as_container(cfg[key]) for key in cfg if key not in IGNORED_NODES}
+    config = {key: plain(cfg[key]) for key in cfg if key not in IGNORED_NODES}
     flat = {k: v for k, v in flatten(config).items() if k not in IGNORED_KEYS}
     flat.update({key: getattr(run, field) for key, field in RESOLVED.items()})
     flat["defaults.data"] = run.data  # the data group's option

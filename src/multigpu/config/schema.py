@@ -479,15 +479,18 @@ def config_tree(cfg: DictConfig) -> dict[str, Any]:
     tree: dict[str, Any] = {}
     for key in roots:
         try:
-            node = cfg[key]
-            tree[key] = (
-                OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
-            )
+            tree[key] = plain(cfg[key])
         except OmegaConfBaseException as err:
             name = err.full_key or key
             reason = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise Unresolved(f"{name} cannot be resolved: {reason}") from None
     return tree
+
+
+def plain(node: Any) -> Any:
+    """A config's node (a map or a list) as plain values, interpolations resolved; any other
+    value as it is."""
+    return OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
 
 
 def select(tree: Mapping[str, Any], path: str) -> Any:

@@ -16,12 +16,12 @@ import math
 import os
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from multigpu.config.errors import UserError, as_override, closest, did_you_mean, plain_or_quoted
 from multigpu.config.launch import check_port_free, check_world, cluster_started, mark_parent
@@ -54,6 +54,7 @@ from multigpu.config.schema import (  # noqa: F401 (the limits: this module's to
     config_tree,
     default_of,
     example,
+    plain,
     select,
     target_of,
 )
@@ -178,10 +179,6 @@ class Run:
         return {**asdict(self), "device_ids": list(self.device_ids), "devices": self.devices}
 
 
-def plain(node: Any) -> Any:
-    return OmegaConf.to_container(node, resolve=True) if isinstance(node, DictConfig) else node
-
-
 def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -297,6 +294,26 @@ def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
     if accelerator not in ("gpu", "cuda"):
         return None
     return len(parse_devices(plain(devices), cuda_devices=0))
+
+
+def slurm_node(launcher: Mapping[str, Any], trainer: Mapping[str, Any], here: Machine) -> Machine:
+    """The machine a job submitted to Slurm runs on, as the job asks for it: its GPUs (which the
+    machine submitting it need not have: a login node has none, as a rule) and its tasks'
+    cores. Slurm gives a job the GPUs it asks for by number, numbered from 0."""
+    gpus, devices = launcher.get("gpus_per_node") or 0, trainer.get("devices", 1)
+    if gpus and str(devices).strip() in ("-1", "auto"):
+        raise UserError(
+            f"trainer.devices={devices} asks for every GPU of a node, which hydra/launcher=slurm "
+            "asks Slurm for by number: give it, e.g. trainer.devices=4"
+        )
+    ids = parse_devices(devices, gpus)
+    if gpus and ids != list(range(len(ids))):
+        raise UserError(
+            f"trainer.devices={ids} under hydra/launcher=slurm: Slurm numbers the GPUs it gives "
+            f"a job from 0; use trainer.devices={len(ids)}"
+        )
+    cores = (launcher.get("cpus_per_task") or 1) * (launcher.get("tasks_per_node") or 1)
+    return replace(here, cuda_devices=gpus, cpu_cores=cores)
 
 
 # Values that stand alone -----------------------------------------------------------------------

@@ -36,7 +36,7 @@ from multigpu.config.job_names import (
     swept_keys,
     task_overrides,
 )
-from multigpu.config.settings import Machine
+from multigpu.config.settings import Machine, plain, slurm_node
 from multigpu.run.admission import (
     LOG_FILE,
     RUN_FOLDER,
@@ -150,7 +150,7 @@ def check_sweep(config: DictConfig) -> None:
                     written[number], shared[number] = own_and_shared_places(
                         job, written_folders(job, folder)
                     )
-                    admission = admit(job, hydra_runtime(job)[0], machine, folder)
+                    admission = admit(job, hydra_runtime(job)[0], job_machine(job, machine), folder)
             except UserError as err:
                 problems.append((frozenset({number}), f"job {number} ({name}): {message(err)}"))
             except (OmegaConfBaseException, HydraException) as err:  # a value Hydra cannot set
@@ -296,14 +296,24 @@ def depth(place: tuple[Path, int, str]) -> int:
     return len(place[0].parts)
 
 
+def job_machine(job: DictConfig, here: Machine) -> Machine:
+    """The machine a sweep's job runs on: this one, or the Slurm node it asks for."""
+    from multigpu.run.slurm_extra import SLURM_LAUNCHER
+
+    launcher = plain(job.hydra.launcher) or {}
+    if launcher.get("_target_") != SLURM_LAUNCHER:
+        return here
+    return slurm_node(launcher, plain(job.trainer), here)
+
+
 def check_launcher(config: DictConfig) -> None:
     """A launcher whose optional packages are not installed (``hydra/launcher=slurm`` without
     the Slurm extra) is refused now, before the sweep's folder is made."""
-    from multigpu.run.slurm_extra import SLURM_LAUNCHER, missing_extra
+    from multigpu.run.slurm_extra import SLURM_LAUNCHER, cannot_submit
 
     if (config.hydra.launcher or {}).get("_target_") != SLURM_LAUNCHER:
         return
-    refusal = missing_extra()
+    refusal = cannot_submit()
     if refusal is not None:
         refuse(refusal, UserError.exit_code)
 
