@@ -8,6 +8,7 @@ parameters as one device, to 1e-5.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import pytorch_lightning as pl
@@ -204,3 +205,36 @@ def test_an_unseeded_ddp_run_is_not_seeded_behind_the_config(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((tmp_path / "ddp" / "metrics.json").read_text())
     assert metrics["run"]["seed"] is None and metrics["status"] == "completed"
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+@pytest.mark.subprocess
+def test_a_ddp_run_ends_after_its_workers_and_warns_of_nothing(tmp_path):
+    """With every warning an error (``PYTHONWARNINGS=error``, as a careful user's CI runs), a
+    DDP run with its test figures completes, and when its command returns no process it
+    started is left: Lightning did not wait for its worker (a ResourceWarning at exit), and
+    the figures passed tensors to matplotlib through numpy's deprecated ``__array__``."""
+    folder = tmp_path / "ddp"
+    result = run_script(
+        "train.py",
+        *EXACT,
+        "strategy=ddp",
+        "trainer.devices=2",
+        f"hydra.run.dir={folder}",
+        cwd=tmp_path,
+        env={"PYTHONWARNINGS": "error"},
+        cold=True,  # the warnings filter is set as the interpreter starts
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Warning" not in result.stderr and "Exception ignored" not in result.stderr
+    assert json.loads((folder / "metrics.json").read_text())["status"] == "completed"
+    left = [p for p in Path("/proc").glob("[0-9]*") if str(folder) in command_of(p)]
+    assert left == [], [command_of(p) for p in left]
+
+
+def command_of(process: Path) -> str:
+    try:
+        return (process / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:  # ended meanwhile
+        return ""

@@ -58,7 +58,7 @@ def confusion_figure(matrix: Tensor, names: list[str]):
     percent = row_percent(matrix)
     size = SHOWN_WIDTH / DPI
     fig, ax = plt.subplots(figsize=(size, size * 0.8), dpi=DPI)
-    ax.imshow(percent, cmap="Blues", vmin=0, vmax=100)
+    ax.imshow(percent.numpy(), cmap="Blues", vmin=0, vmax=100)  # numpy: not via __array__
     classes = len(names)
     for i in range(classes):
         for j in range(classes):
@@ -104,7 +104,7 @@ def misclassified_figure(images, labels, predicted, names: list[str], count: int
     for ax in axes.flat:
         ax.axis("off")
     for ax, index in zip(axes.flat, wrong.tolist(), strict=False):
-        ax.imshow(images[index, 0], cmap="gray")
+        ax.imshow(images[index, 0].numpy(), cmap="gray")
         ax.set_title(
             f"{names[predicted[index]]}\n(is {names[labels[index]]})", fontsize=6.5, pad=1.5
         )

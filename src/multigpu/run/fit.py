@@ -4,12 +4,15 @@ imports torch and Lightning."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -338,3 +341,22 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
     finally:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint_handler)
+        workers = getattr(getattr(trainer.strategy, "launcher", None), "procs", None)
+        if workers:
+            atexit.register(wait_for_workers, list(workers))
+
+
+WORKERS_END_S = 60  # after this process's own end: then a worker still running is stuck
+
+
+def wait_for_workers(workers: list[subprocess.Popen]) -> None:
+    """The processes Lightning started for this run end before this one, as this process
+    exits: Lightning did not wait for them, and a command (or a Slurm step) ended while a
+    worker was still shutting down. One still running after ``WORKERS_END_S`` is killed."""
+    deadline = time.monotonic() + WORKERS_END_S
+    for worker in workers:
+        try:
+            worker.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
