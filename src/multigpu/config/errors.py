@@ -122,6 +122,11 @@ def plain_or_quoted(value: str) -> str:
     return value if TOKEN.fullmatch(value) else repr(value)
 
 
+def either(alternatives: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return " or ".join(filter(None, [", ".join(alternatives[:-1]), alternatives[-1]]))
+
+
 def did_you_mean(names: list[str]) -> str:
     if not names:
         return ""

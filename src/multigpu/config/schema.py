@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from multigpu.config.errors import Unresolved, UserError, as_override
+from multigpu.config.errors import Unresolved, UserError, as_override, either
 from multigpu.config.names import (
     COSINE,
     CSV,
@@ -189,7 +189,7 @@ class Model(Node):
     what = "the model"
     nodes = ("net", "optimizer", "scheduler", "lr_scaling")
     channels_last: bool = False
-    compile: Any = False  # true, false, or torch.compile's keyword arguments (``Compile``)
+    compile: bool | dict | None = setting(False, example="{mode:max-autotune}")  # or ``Compile``
     label_smoothing: float = setting(0.0, "0 or more and less than 1", 0.1, ge=0, lt=1)
     tta_flip: bool = False
     scheduler_interval: SchedulerInterval = "epoch"
@@ -613,10 +613,11 @@ def kind(annotation: Any) -> str:
     if origin is list:
         return f"a list of {kind(args[0]).removeprefix('a ').removeprefix('an ')}s"
     if origin in (typing.Union, types.UnionType):
-        kinds = [kind(a) for a in args]
-        return " or ".join(kinds) + (
-            " or null" if type(None) in typing.get_args(annotation) else ""
-        )
+        kinds = [
+            *(kind(a) for a in args),
+            *(["null"] if len(args) < len(get_args(annotation)) else []),
+        ]
+        return either([alone for alternatives in kinds for alone in alternatives.split(" or ")])
     return KINDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 

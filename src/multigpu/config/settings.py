@@ -341,12 +341,6 @@ def check_values(cfg: DictConfig, choices: Mapping[str, str] | None = None) -> N
     check_cosine_length(tree)
     check_max_time(select(tree, "trainer.max_time"))
     check_ranges_and_names(tree)
-    compile = select(tree, "model.compile")
-    if not isinstance(compile, (bool, Mapping)) and compile not in (None, ABSENT):
-        raise UserError(
-            f"model.compile={compile!r} must be true, false, or torch.compile's arguments, "
-            "e.g. model.compile={mode:max-autotune}"
-        )
 
 
 def check_evaluation(cfg: DictConfig, choices: Mapping[str, str]) -> None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from multigpu.config.errors import as_override, summary_line
+from multigpu.config.errors import as_override, either, summary_line
 
 # Hydra's flags that load another config (or none), or do something else: the check stands aside.
 STAND_ASIDE = (
@@ -315,11 +315,6 @@ def node_type(node: Any) -> list[str]:
     if type(node).__name__ == "EnumNode":
         return [member.name for member in node.enum_type]
     return list(NODE_TYPES.get(type(node).__name__, []))
-
-
-def either(alternatives: list[str]) -> str:
-    """``a``, ``a or b``, ``a, b or c``."""
-    return " or ".join(filter(None, [", ".join(alternatives[:-1]), alternatives[-1]]))
 
 
 def is_container(node: Any) -> bool:

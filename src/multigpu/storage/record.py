@@ -27,6 +27,7 @@ from typing import Any
 from lightning_utilities.core.rank_zero import rank_zero_only
 
 from multigpu.config.launch import launched_rank
+from multigpu.config.schema import Top, default_of
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import Outcome
 from multigpu.storage.record_file import (  # noqa: F401 (upgrade: this module's too)
@@ -51,7 +52,7 @@ def is_rank_zero() -> bool:
     return str(rank) == "0"  # a rank that is no number is refused by config.launch
 
 
-TIME_TO_TARGETS = (0.8, 0.85, 0.9, 0.92)
+TIME_TO_TARGETS = tuple(default_of(Top, "time_to_targets"))
 
 
 def single(value: float) -> float:

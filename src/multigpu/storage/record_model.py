@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from multigpu.config.computation import same
+from multigpu.config.computation import RESOLVED, same
 from multigpu.storage.file_model import FileModel
 from multigpu.storage.json_file import shown
 
@@ -26,9 +26,7 @@ Amount = Annotated[float, Field(ge=0)]  # seconds, samples per second, megabytes
 DevicesAsGiven = Count | list[Count] | str  # schema 1: trainer.devices as given
 # The settings the run's resolved settings repeat (``multigpu.config.computation.RESOLVED`` and
 # the values ``Run`` takes as they are): the two are written together and never differ.
-REPEATED = {"data.batch_size": "batch_size", "model.optimizer.lr": "lr", "seed": "seed"}
-REPEATED |= {"model.lr_scaling.warmup_epochs": "warmup_epochs", "trainer.precision": "precision"}
-REPEATED |= {"model.lr_scaling.warmup_from": "warmup_from", "defaults.data": "data"}
+REPEATED = {**RESOLVED, "seed": "seed", "defaults.data": "data"}
 REPEATED |= {"model.net.width": "width", "model.net.norm": "norm"}
 
 

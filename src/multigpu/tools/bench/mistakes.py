@@ -202,7 +202,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "deterministic_not_a_choice": (
         ["+trainer.deterministic=xyz"],
-        "trainer.deterministic=xyz must be true or false or warn or null",
+        "trainer.deterministic=xyz must be true, false, warn or null",
     ),
     "clip_algorithm_not_a_choice": (
         ["+trainer.gradient_clip_algorithm=l2"],
@@ -210,7 +210,7 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "progress_bar_not_a_flag": (
         ["+trainer.enable_progress_bar=maybe"],
-        "trainer.enable_progress_bar='maybe' must be true or false or null",
+        "trainer.enable_progress_bar='maybe' must be true, false or null",
     ),
     "max_time_not_a_duration": (["+trainer.max_time=1:30"], "trainer.max_time=1:30 is not a"),
     "profiler_not_a_choice": (
