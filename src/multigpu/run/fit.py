@@ -342,18 +342,20 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, sigint_handler)
         workers = getattr(getattr(trainer.strategy, "launcher", None), "procs", None)
-        if workers:
-            atexit.register(wait_for_workers, list(workers))
+        if workers:  # an ending other than fit's own: a worker may be stuck in a collective
+            wait_s = WORKERS_END_S if trainer.state.finished else WORKERS_STOP_S
+            atexit.register(wait_for_workers, list(workers), wait_s)
 
 
-WORKERS_END_S = 60  # after this process's own end: then a worker still running is stuck
+WORKERS_END_S = 60  # after this process's end: then a worker still running is stuck
+WORKERS_STOP_S = 10  # after a failure or a stop, which the workers end on as well
 
 
-def wait_for_workers(workers: list[subprocess.Popen]) -> None:
+def wait_for_workers(workers: list[subprocess.Popen], wait_s: float) -> None:
     """The processes Lightning started for this run end before this one, as this process
     exits: Lightning did not wait for them, and a command (or a Slurm step) ended while a
-    worker was still shutting down. One still running after ``WORKERS_END_S`` is killed."""
-    deadline = time.monotonic() + WORKERS_END_S
+    worker was still shutting down. One still running after ``wait_s`` is killed."""
+    deadline = time.monotonic() + wait_s
     for worker in workers:
         try:
             worker.wait(max(0.0, deadline - time.monotonic()))
