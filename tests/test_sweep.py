@@ -458,11 +458,13 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     sweep = tmp_path / "sweep"
     command = ["-m", *TINY, "data=synthetic"]
     command += ["data.num_train=128", "data.num_test=32", "data.batch_size=32"]
-    command += ["trainer.max_epochs=2", "model.optimizer.lr=0.1,0.2", f"hydra.sweep.dir={sweep}"]
+    command += ["trainer.max_epochs=2", "model.optimizer.lr=0.1,0.2"]
     command += ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
     command += ["+callbacks.slow.seconds=1"]
     env = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
-    sweep_process = start_script("train.py", *command, cwd=tmp_path, env=env)
+    sweep_process = start_script(
+        "train.py", *command, f"hydra.sweep.dir={sweep}", cwd=tmp_path, env=env
+    )
     deadline = time.monotonic() + 240
     while not (sweep / "lr_0.2" / "checkpoints" / "last.ckpt").is_file():
         assert sweep_process.poll() is None and time.monotonic() < deadline
@@ -472,9 +474,14 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     assert sweep_process.returncode == 143, stderr[-3000:]
     first = (sweep / "lr_0.1" / "metrics.json").read_text()
     assert json.loads(first)["status"] == "completed"
-    assert json.loads((sweep / "lr_0.2" / "metrics.json").read_text())["status"] == "interrupted"
+    stopped = json.loads((sweep / "lr_0.2" / "metrics.json").read_text())
+    goes_on = f"the sweep stops; its command run again with hydra.sweep.dir={sweep} runs the jobs"
+    assert stopped["status"] == "interrupted"
+    assert stopped["reason"] == f"interrupted by SIGTERM; {goes_on} left"  # not one job's resume
+    assert f"error: {stopped['reason']}" in stderr.splitlines()
 
-    again = run_script("train.py", *command, cwd=tmp_path, env=env)
+    advised = stopped["reason"].split(" with ")[1].removesuffix(" runs the jobs left")
+    again = run_script("train.py", *command, advised, cwd=tmp_path, env=env)  # as it says
     assert again.returncode == 0, again.stderr[-3000:]
     said = again.stdout + again.stderr
     assert f"{sweep / 'lr_0.1'} already holds this run, completed after 2 epoch(s)" in said

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from multigpu.callbacks import interrupts
 from multigpu.config.errors import Interrupted, UserError
+from multigpu.run.resume import going_on
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SWEEP = [
@@ -143,7 +144,7 @@ def test_between_jobs_a_signal_ends_the_sweep_in_one_line(handlers, monkeypatch,
     from multigpu.run import sweep
 
     monkeypatch.setattr(HydraConfig.instance(), "cfg", None)
-    sweep.stop_between_jobs("multirun/2026-11-28/10-00-00")
+    sweep.stop_between_jobs(going_on("multirun/2026-11-28/10-00-00", search=False))
     with pytest.raises(SystemExit) as ended:
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
     assert ended.value.code == 143
@@ -312,11 +313,10 @@ def test_the_stop_line_names_a_setting_that_reads_back_as_the_sweeps_folder(fold
     sweep's folder again (a plain path as it is, any other one quoted)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from multigpu.run.training import jobs_left
-
     assume("${" not in folder)  # an interpolation: a sweep's folder is resolved already
-    line = jobs_left(folder)
-    setting = line.removeprefix("the sweep stops; its command run again with ")
+    sweep, search = going_on(folder, search=False), going_on(folder, search=True)
+    setting = sweep.removeprefix("the sweep stops; its command run again with ")
+    assert search.removeprefix("the search stops; its command run again with ").startswith(setting)
     words = shlex.split(setting.removesuffix(" runs the jobs left"))
     assert len(words) == 1
     (override,) = OverridesParser.create().parse_overrides(words)

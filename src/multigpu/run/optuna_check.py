@@ -45,7 +45,9 @@ HeldCheck = Callable[[Any], None]  # given Optuna's storage of a database, as op
 
 
 def is_optuna(config: DictConfig) -> bool:
-    return config.hydra.sweeper.get("_target_") in (HYDRA_OPTUNA, OPTUNA_TRIALS)
+    """Whether the sweep is Optuna's search (``config``: the sweep's, or Hydra's own node)."""
+    hydra = config.hydra if "hydra" in config else config
+    return hydra.sweeper.get("_target_") in (HYDRA_OPTUNA, OPTUNA_TRIALS)
 
 
 def optuna_probe_jobs(config: DictConfig) -> list[list[str]]:

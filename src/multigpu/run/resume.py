@@ -118,15 +118,51 @@ def resume_hint(
 
 
 def with_resume_hint(
-    error: BaseException, checkpoints: Path, resumed: Path | None, runs_dir: str | Path
+    error: BaseException,
+    checkpoints: Path,
+    resumed: Path | None,
+    runs_dir: str | Path,
+    sweep: str | None = None,
 ) -> BaseException:
     """How a run that claimed its record ends: ``error`` itself, or for a stop (at any point:
-    importing torch, set-up, the rendezvous, training) an ``Interrupted`` saying how to go on."""
+    importing torch, set-up, the rendezvous, training) an ``Interrupted`` saying how to go on:
+    a sweep's job, as its sweep does (``going_on``: the job continues from its checkpoint)."""
     stopped = outcome_of(error)
     if stopped.status != "interrupted":
         return error
-    hint = resume_hint(checkpoints, resumed, runs_dir)
+    hint = sweep or resume_hint(checkpoints, resumed, runs_dir)
     return Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code)
+
+
+SHELL_SAFE = re.compile(r"[\w./:=+-]+", re.ASCII)  # what a shell passes on as it is
+
+
+def going_on(sweep_dir: Any, search: bool) -> str:
+    """How a stopped sweep goes on: its command over the same folder (without
+    ``hydra.sweep.dir`` the command makes a new one, named by the time it starts), which skips
+    the jobs that finished and continues the others; a ``search`` (Optuna's) draws on."""
+    setting = f"hydra.sweep.dir={sweep_dir}"
+    if not reads_back(setting, str(sweep_dir)):  # in Hydra's quotes, then the shell's
+        doubled = re.sub(r'(\\+)(?="|$)', lambda run: run[1] * 2, str(sweep_dir))
+        setting = shlex.quote('hydra.sweep.dir="' + doubled.replace('"', '\\"') + '"')
+    if search:
+        return f"the search stops; its command run again with {setting} goes on with it"
+    return f"the sweep stops; its command run again with {setting} runs the jobs left"
+
+
+def reads_back(setting: str, value: str) -> bool:
+    """Whether ``setting``, typed as it is, reaches Hydra as the text ``value`` (not ``null``,
+    ``FALSE`` or ``1e3``, which Hydra reads as other types)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    if not SHELL_SAFE.fullmatch(setting):
+        return False
+    try:
+        (override,) = OverridesParser.create().parse_overrides([setting])
+    except HydraException:
+        return False
+    return override.value() == value
 
 
 def record_beside(checkpoint: Path) -> dict[str, Any] | None:

@@ -25,8 +25,10 @@ from multigpu.config.launch import Signal, stop_signals
 from multigpu.run.admission import SWEEP_RECORD, check_same_sweep
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
+from multigpu.run.optuna_check import is_optuna
+from multigpu.run.resume import going_on
 from multigpu.run.run_summary import has_tensorboard_logs, shown_path, tensorboard_line
-from multigpu.run.training import forget_started, jobs_left, started_in
+from multigpu.run.training import forget_started, started_in
 from multigpu.storage.atomic import write_atomically
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.record_file import records_below
@@ -68,7 +70,7 @@ class SweepReport(Callback):
 
         guarded(own_sweep_folder)(config)
         share_swept_keys(config)
-        stop_between_jobs(config.hydra.sweep.dir)
+        stop_between_jobs(going_on(config.hydra.sweep.dir, is_optuna(config)))
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -114,13 +116,13 @@ def own_sweep_folder(config: DictConfig) -> None:
         write_atomically(record, OmegaConf.to_yaml(config))
 
 
-def stop_between_jobs(sweep_dir: Any) -> None:
+def stop_between_jobs(sweep: str) -> None:
     """Answer a stop signal while none of the sweep's jobs runs ``train`` (``between_jobs``):
     Ctrl-C, SIGTERM and SIGHUP there had ended the sweep by their default action (SIGTERM
     without a word, the next job's folder left without a record). Each job's ``train`` puts
     its own handlers over these while it runs and this one back after."""
     forget_started()
-    _sweep_dir[:] = [sweep_dir]
+    _going_on[:] = [sweep]
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, *stop_signals(os.environ)):
             before = signal.signal(signum, between_jobs)
@@ -136,7 +138,7 @@ def stop_as_before_sweep() -> None:
 
 
 _before_sweep: dict[int, Any] = {}  # the handlers ``stop_between_jobs`` replaced
-_sweep_dir: list[Any] = [None]  # the folder of the sweep that runs
+_going_on: list[str] = [""]  # how the sweep that runs goes on once stopped (``going_on``)
 
 
 def between_jobs(signum: int, frame: Any) -> None:
@@ -152,7 +154,7 @@ def between_jobs(signum: int, frame: Any) -> None:
         return
     ignore_stop_signals()  # the first signal is the sweep's ending
     name = Signal(signum).name
-    said = f"error: interrupted by {name} between the sweep's jobs: {jobs_left(_sweep_dir[0])}\n"
+    said = f"error: interrupted by {name} between the sweep's jobs: {_going_on[0]}\n"
     os.write(2, said.encode())  # not print: the signal may have come inside a write to stderr
     sys.exit(128 + signum)
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
-import shlex
 import signal
 import threading
 import time
@@ -41,7 +39,8 @@ from multigpu.config.launch import Signal, stop_signals
 from multigpu.config.settings import Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
-from multigpu.run.resume import Resume, with_resume_hint
+from multigpu.run.optuna_check import is_optuna
+from multigpu.run.resume import Resume, going_on, with_resume_hint
 from multigpu.storage.atomic import write_json
 from multigpu.storage.outcome import COMPLETED, Outcome, outcome_of
 from multigpu.storage.ownership import is_free, owning
@@ -99,47 +98,20 @@ def ended_before_training(output_dir: Path, signum: int, frame: Any) -> None:
     os._exit(outcome.exit_code)  # Hydra's job set-up is not ours to unwind
 
 
-def not_started(signum: Signal, sweep_dir: Any = None) -> Outcome:
+def not_started(signum: Signal, sweep: str | None = None) -> Outcome:
     """How a run that a stop signal ended before its training started ended: its command run
-    again starts it (a sweep's, over ``sweep_dir``, runs the jobs left, this one among them)."""
-    again = "run the command again" if sweep_dir is None else jobs_left(sweep_dir)
+    again starts it (a sweep's, as ``sweep`` says, runs the jobs left, this one among them)."""
+    again = sweep or "run the command again"
     reason = f"interrupted by {signum.name} before training started; {again}"
     return Outcome("interrupted", reason, 128 + signum)
 
 
-SHELL_SAFE = re.compile(r"[\w./:=+-]+", re.ASCII)  # what a shell passes on as it is
-
-
-def reads_back(setting: str, value: str) -> bool:
-    """Whether ``setting``, typed as it is, reaches Hydra as the text ``value`` (not ``null``,
-    ``FALSE`` or ``1e3``, which Hydra reads as other types)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    if not SHELL_SAFE.fullmatch(setting):
-        return False
-    try:
-        (override,) = OverridesParser.create().parse_overrides([setting])
-    except HydraException:
-        return False
-    return override.value() == value
-
-
-def jobs_left(sweep_dir: Any) -> str:
-    """What runs a stopped sweep's jobs left: its command over the same folder (without
-    ``hydra.sweep.dir`` the command makes a new one, named by the time it starts)."""
-    setting = f"hydra.sweep.dir={sweep_dir}"
-    if not reads_back(setting, str(sweep_dir)):  # in Hydra's quotes, then the shell's
-        doubled = re.sub(r'(\\+)(?="|$)', lambda run: run[1] * 2, str(sweep_dir))
-        setting = shlex.quote('hydra.sweep.dir="' + doubled.replace('"', '\\"') + '"')
-    return f"the sweep stops; its command run again with {setting} runs the jobs left"
-
-
-def sweep_dir_of(cfg: DictConfig) -> Any:
-    """The sweep's folder of a multirun's job, else None."""
+def sweep_going_on(cfg: DictConfig) -> str | None:
+    """How the sweep of a multirun's job goes on once stopped; None outside a sweep."""
     if not hydra_runtime(cfg)[1]:
         return None
-    return (cfg.hydra if "hydra" in cfg else HydraConfig.get()).sweep.dir
+    hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get()
+    return going_on(hydra.sweep.dir, is_optuna(hydra))
 
 
 def record_unstarted(
@@ -254,11 +226,11 @@ def stop_sweep_after(cfg: DictConfig, output_dir: Path, ending: Ending | None) -
     """A signal that only skipped the work after the last epoch of a sweep's job stops the
     sweep: the job completed, and the others wait for the sweep's command run again. Raised
     inside ``one_ending``'s block, which then keeps ignoring later signals until exit."""
-    stop, sweep_dir = ending.first if ending is not None else None, sweep_dir_of(cfg)
-    if stop is not None and sweep_dir is not None:
+    stop, sweep = ending.first if ending is not None else None, sweep_going_on(cfg)
+    if stop is not None and sweep is not None:
         raise Interrupted(
             f"interrupted by {stop.name} after the last epoch of {output_dir.name} (completed): "
-            f"{jobs_left(sweep_dir)}",
+            f"{sweep}",
             128 + stop,
         )
 
@@ -314,7 +286,9 @@ def admitted_run(
                 checkpoints = admission.checkpoints
                 stopped = by_first_signal(error, ending.first if ending else None)
                 runs_dir = cfg.paths.runs_dir
-                ended = with_resume_hint(stopped, checkpoints, admission.ckpt_path, runs_dir)
+                ended = with_resume_hint(
+                    stopped, checkpoints, admission.ckpt_path, runs_dir, sweep_going_on(cfg)
+                )
                 finish(record, ended)
             if ended is error:
                 raise
@@ -368,7 +342,7 @@ def recorded_if_stopped(
     signum = stop_of(error, ending)
     if signum is None or isinstance(error, (OccupiedFolder, NothingToDo)):
         return error
-    ended = not_started(signum, sweep_dir_of(cfg))
+    ended = not_started(signum, sweep_going_on(cfg))
     if admission is not None:
         run, settings = admission.run.record(), admission.settings
     else:
