@@ -316,8 +316,9 @@ def test_the_stop_line_names_a_setting_that_reads_back_as_the_sweeps_folder(fold
     assume("${" not in folder)  # an interpolation: a sweep's folder is resolved already
     sweep, search = going_on(folder, search=False), going_on(folder, search=True)
     setting = sweep.removeprefix("the sweep stops; its command run again with ")
-    assert search.removeprefix("the search stops; its command run again with ").startswith(setting)
-    words = shlex.split(setting.removesuffix(" runs the jobs left"))
+    setting = setting.removesuffix(" runs the jobs left")
+    assert search == f"the search stops; its command run again with {setting} goes on with it"
+    words = shlex.split(setting)
     assert len(words) == 1
     (override,) = OverridesParser.create().parse_overrides(words)
     assert override.key_or_group == "hydra.sweep.dir"

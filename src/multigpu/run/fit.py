@@ -5,6 +5,7 @@ imports torch and Lightning."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -351,14 +353,47 @@ WORKERS_END_S = 60  # after this process's end: then a worker still running is s
 WORKERS_STOP_S = 10  # after a failure or a stop, which the workers end on as well
 
 
-def wait_for_workers(workers: list[subprocess.Popen], wait_s: float) -> None:
-    """The processes Lightning started for this run end before this one, as this process
-    exits: Lightning did not wait for them, and a command (or a Slurm step) ended while a
-    worker was still shutting down. One still running after ``wait_s`` is killed."""
+def wait_for_workers(workers: list[Any], wait_s: float) -> None:
+    """The processes Lightning started for this run (``subprocess.Popen`` or, spawned,
+    ``multiprocessing`` ones) end before this one, as this process exits: Lightning did not
+    wait for them, and a command (or a Slurm step) ended while a worker was still shutting
+    down. One still running after ``wait_s``, or when a stop signal comes meanwhile (Ctrl-C
+    on a command that seems to hang), is killed."""
     deadline = time.monotonic() + wait_s
-    for worker in workers:
-        try:
-            worker.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+    try:
+        with stops_raise():
+            for worker in workers:
+                left = max(0.0, deadline - time.monotonic())
+                worker.wait(left) if hasattr(worker, "wait") else worker.join(left)
+    except (subprocess.TimeoutExpired, Stopped):
+        pass
+    finally:
+        for worker in workers:
+            if worker.poll() is None if hasattr(worker, "poll") else worker.is_alive():
+                worker.kill()
+
+
+class Stopped(Exception):
+    """A stop signal while the workers were waited for."""
+
+
+@contextlib.contextmanager
+def stops_raise() -> Iterator[None]:
+    """Stop signals raise ``Stopped`` (in the main thread), and no more after the first."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    signals = (signal.SIGINT, *stop_signals(os.environ))
+
+    def stop(signum: int, frame: Any) -> None:
+        for each in signals:
+            signal.signal(each, signal.SIG_IGN)
+        raise Stopped
+
+    before = {each: signal.signal(each, stop) for each in signals}
+    try:
+        yield
+    finally:
+        for each, handler in before.items():
+            signal.signal(each, handler)
