@@ -288,23 +288,65 @@ def test_a_slurm_sweep_is_checked_on_the_node_it_asks_for(accelerator):
 
 
 @pytest.mark.parametrize(
-    ("devices", "said"),
+    ("overrides", "said"),
     [
-        ("-1", "trainer.devices=-1 asks for every GPU of a node, which hydra/launcher=slurm asks"),
-        ("auto", "trainer.devices=auto asks for every GPU of a node"),
-        ("[2,3,5]", "trainer.devices=[2, 3, 5] under hydra/launcher=slurm: Slurm numbers the "),
+        (["trainer.devices=-1"], "trainer.devices=-1 asks for every GPU of a node, which hydra/"),
+        (["trainer.devices=auto"], "trainer.devices=auto asks for every GPU of a node"),
+        (["trainer.devices=[2,3,5]"], "trainer.devices=[2, 3, 5] under hydra/launcher=slurm: "),
+        (
+            ["trainer.devices=4", "hydra.launcher.gpus_per_node=2"],
+            "trainer.devices=4 needs 4 GPUs on each node, but the job asks Slurm for 2",
+        ),
+        (
+            ["trainer.devices=2", "hydra.launcher.tasks_per_node=1"],
+            "hydra.launcher.tasks_per_node=1, but strategy=ddp with trainer.devices=2 runs 2 ",
+        ),
     ],
 )
-def test_a_slurm_gpu_job_counts_its_gpus_from_0(devices, said):
-    """Slurm is asked for a number of GPUs, which the job sees as 0..n-1: every GPU of a node
-    (it would get one) and ids beyond the count (the job would fail on the node) are refused
-    before anything is submitted."""
+def test_a_slurm_gpu_job_asks_for_what_it_runs_on(overrides, said):
+    """Slurm is asked for a number of GPUs, which the job sees as 0..n-1, and starts the tasks
+    asked for: every GPU of a node (it would get one), ids beyond the count or GPUs fewer than
+    the devices (the job would fail on the node) and tasks other than the strategy's processes
+    are refused before anything is submitted, naming the setting."""
     from multigpu.config.settings import Machine
     from multigpu.run.preflight import job_machine
 
-    cfg = slurm_job("strategy=ddp", f"trainer.devices={devices}", "trainer.accelerator=gpu")
+    cfg = slurm_job("strategy=ddp", *overrides, "trainer.accelerator=gpu")
     with pytest.raises(UserError, match=re.escape(said)):
         job_machine(cfg, Machine(cuda_devices=0, cpu_cores=1, environ={}, multirun=True))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "gpus"),
+    [
+        (["strategy=scatter_allreduce", "trainer.devices=[0,0]"], 1),  # two replicas on one GPU
+        (
+            [
+                "trainer.devices=2",
+                "hydra.launcher.gpus_per_node=null",
+                "+hydra.launcher.gres=gpu:a100:2",
+            ],
+            2,
+        ),
+        (
+            [
+                "trainer.devices=2",
+                "hydra.launcher.gpus_per_node=null",
+                "hydra.launcher.gpus_per_task=1",
+            ],
+            2,
+        ),
+    ],
+)
+def test_a_slurm_job_runs_on_the_gpus_it_asks_for_however_it_asks(overrides, gpus):
+    from multigpu.config.settings import Machine, resolve_run
+    from multigpu.run.cli import hydra_runtime
+    from multigpu.run.preflight import job_machine
+
+    cfg = slurm_job("strategy=ddp", "trainer.accelerator=gpu", "data.batch_size=240", *overrides)
+    node = job_machine(cfg, Machine(cuda_devices=0, cpu_cores=1, environ={}, multirun=True))
+    assert node.cuda_devices == gpus
+    assert resolve_run(cfg, hydra_runtime(cfg)[0], node).accelerator == "cuda"
 
 
 def test_a_slurm_sweep_needs_slurms_commands(tmp_path, monkeypatch):

@@ -290,29 +290,52 @@ def slurm_tasks_per_node(strategy: str, devices: Any) -> int:
 
 
 def slurm_gpus_per_node(accelerator: str, devices: Any) -> int | None:
-    """GPUs only for a GPU run: a CPU partition refuses any request for them."""
+    """GPUs only for a GPU run (a CPU partition refuses any request for them): one per device
+    named (``[0,0]``, two replicas on one GPU, asks for one)."""
     if accelerator not in ("gpu", "cuda"):
         return None
-    return len(parse_devices(plain(devices), cuda_devices=0))
+    return len(set(parse_devices(plain(devices), cuda_devices=0)))
 
 
-def slurm_node(launcher: Mapping[str, Any], trainer: Mapping[str, Any], here: Machine) -> Machine:
+SLURM_GPUS = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)")  # --gres=gpu:2, gpu:a100:2
+
+
+def slurm_node(
+    launcher: Mapping[str, Any], trainer: Mapping[str, Any], strategy: str, here: Machine
+) -> Machine:
     """The machine a job submitted to Slurm runs on, as the job asks for it: its GPUs (which the
     machine submitting it need not have: a login node has none, as a rule) and its tasks'
-    cores. Slurm gives a job the GPUs it asks for by number, numbered from 0."""
-    gpus, devices = launcher.get("gpus_per_node") or 0, trainer.get("devices", 1)
+    cores. Slurm gives a job the GPUs it asks for by number, numbered from 0, and starts the
+    tasks it asks for: one per process the strategy runs on the node."""
+    gres = SLURM_GPUS.search(str(launcher.get("gres") or ""))
+    per_task = (launcher.get("gpus_per_task") or 0) * (launcher.get("tasks_per_node") or 1)
+    gpus = launcher.get("gpus_per_node") or (int(gres[1]) if gres else per_task)
+    devices, tasks = trainer.get("devices", 1), launcher.get("tasks_per_node") or 1
     if gpus and str(devices).strip() in ("-1", "auto"):
         raise UserError(
             f"trainer.devices={devices} asks for every GPU of a node, which hydra/launcher=slurm "
             "asks Slurm for by number: give it, e.g. trainer.devices=4"
         )
-    ids = parse_devices(devices, gpus)
-    if gpus and ids != list(range(len(ids))):
+    distinct = sorted(set(parse_devices(devices, cuda_devices=max(gpus, 1))))
+    if gpus and distinct != list(range(len(distinct))):
         raise UserError(
-            f"trainer.devices={ids} under hydra/launcher=slurm: Slurm numbers the GPUs it gives "
-            f"a job from 0; use trainer.devices={len(ids)}"
+            f"trainer.devices={devices} under hydra/launcher=slurm: Slurm numbers the GPUs it "
+            f"gives a job from 0; use trainer.devices={len(distinct)}"
         )
-    cores = (launcher.get("cpus_per_task") or 1) * (launcher.get("tasks_per_node") or 1)
+    if gpus and len(distinct) > gpus:
+        raise UserError(
+            f"trainer.devices={devices} needs {len(distinct)} GPUs on each node, but the job "
+            f"asks Slurm for {gpus} (hydra.launcher.gpus_per_node, gres or gpus_per_task): drop "
+            "that setting (gpus_per_node follows trainer.devices), or use fewer devices"
+        )
+    expected = slurm_tasks_per_node(strategy, devices)
+    if tasks != expected:
+        raise UserError(
+            f"hydra.launcher.tasks_per_node={tasks}, but strategy={strategy} with trainer.devices"
+            f"={devices} runs {expected} process(es) on each node: drop "
+            "hydra.launcher.tasks_per_node (it follows the strategy and the devices)"
+        )
+    cores = (launcher.get("cpus_per_task") or 1) * tasks
     return replace(here, cuda_devices=gpus, cpu_cores=cores)
 
 

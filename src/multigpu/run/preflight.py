@@ -303,7 +303,7 @@ def job_machine(job: DictConfig, here: Machine) -> Machine:
     launcher = plain(job.hydra.launcher) or {}
     if launcher.get("_target_") != SLURM_LAUNCHER:
         return here
-    return slurm_node(launcher, plain(job.trainer), here)
+    return slurm_node(launcher, plain(job.trainer), hydra_runtime(job)[0]["strategy"], here)
 
 
 def check_launcher(config: DictConfig) -> None:
