@@ -210,6 +210,56 @@ def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     assert "Bypassing sacct" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow
+def test_a_stopped_slurm_sweep_stops_its_jobs_and_its_command_continues_them(slurm, tmp_path):
+    """SIGTERM to the sweep while its jobs run on Slurm: they are stopped too (they had run on,
+    and the sweep's command run again submitted them a second time), each records it with its
+    checkpoint, and the command the line names finishes them."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+    command += ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
+    command += [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    command += ["data.batch_size=16", "trainer.max_epochs=3", "seed=1,2"]  # 4 steps an epoch
+    command += ["+callbacks.slow._target_=probes.SlowAfterEpoch"]  # each step of epochs 2, 3
+    command += ["+callbacks.slow.epoch=1", "+callbacks.slow.seconds=5"]
+    started = subprocess.Popen(
+        [*command, f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        env=environment(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not all((sweep / f"seed_{n}" / "checkpoints" / "last.ckpt").is_file() for n in (1, 2)):
+        assert started.poll() is None and time.monotonic() < deadline
+        time.sleep(0.5)
+    started.terminate()
+    stderr = started.communicate(timeout=60)[1]
+    assert started.returncode == 143, stderr[-3000:]
+    said = [line for line in stderr.splitlines() if line.startswith("error:")]
+    goes_on = f"the sweep stops; its command run again with hydra.sweep.dir={sweep} runs the jobs"
+    assert said == [
+        "error: interrupted by SIGTERM while the sweep's jobs were on Slurm: 2 cancelled (a "
+        f"running one records it); {goes_on} left"
+    ]
+    while subprocess.run(["squeue", "-h", f"--name={JOB_NAME}"], capture_output=True).stdout:
+        assert time.monotonic() < deadline
+        time.sleep(1)
+    for n in (1, 2):
+        record = json.loads((sweep / f"seed_{n}" / "metrics.json").read_text())
+        assert record["status"] == "interrupted", record
+
+    advised = said[0].split(" with ")[1].removesuffix(" runs the jobs left")
+    again = subprocess.run(
+        [*command, advised], cwd=tmp_path, env=environment(), capture_output=True, text=True
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [(r["job"], r["status"]) for r in read_summary(sweep)] == [
+        ("seed_1", "completed"),
+        ("seed_2", "completed"),
+    ]
+
+
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     """Partition "short" allows 1 minute; the job asks for 120: it would wait forever."""

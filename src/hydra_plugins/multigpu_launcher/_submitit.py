@@ -5,6 +5,7 @@ submitit launcher, made to work as given on any partition.
   over ``trainer.devices=1,2`` gives each job its own tasks (one per device under DDP) and GPUs;
   jobs asking for the same go out as one array.
 - A submission SLURM refuses ends the sweep with its one-line reason, not a traceback.
+- A stop signal to the sweep stops its jobs on Slurm too (they had run on unseen).
 - A job that SLURM will never start (a partition's limit, a node that cannot hold it) is named
   and cancelled after ``hydra.launcher.unschedulable_after_s`` seconds of waiting for that
   reason, instead of the launcher waiting forever; the sweep records it as failed.
@@ -13,11 +14,16 @@ It imports the Slurm extra (``pip install -e '.[slurm]'``), so it is imported on
 launcher is chosen: its name starts with ``_``, which Hydra's plug-in scan skips.
 """
 
+import contextlib
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +132,10 @@ class SubmititJobs(SubmititSlurmLauncher):
         SLURM will not get over is cancelled once it has waited ``unschedulable_after_s``."""
         pending_since: dict[str, float] = {}
         job_ids = [job.job_id for job in submitted.values()]
+        with cancelled_if_stopped(job_ids, self.config):
+            self.wait_for(job_ids, pending_since)
+
+    def wait_for(self, job_ids: list[str], pending_since: dict[str, float]) -> None:
         while active := queued(job_ids):
             for job_id, reason in active:
                 if not (reason in NEVER or reason.startswith(NEVER_PREFIXES)):
@@ -156,6 +166,44 @@ class SubmititJobs(SubmititSlurmLauncher):
         ended = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
         ended._return_value = job_ending(None, "failed")
         return ended
+
+
+@contextlib.contextmanager
+def cancelled_if_stopped(job_ids: list[str], config: Any) -> Iterator[None]:
+    """A stop signal while the sweep's jobs are queued or run on Slurm cancels them (a running
+    one gets SIGTERM from Slurm, records it and keeps its checkpoint), and ends the sweep in
+    one line saying how it goes on: stopped, the sweep had left them to run, and its command
+    run again submitted them a second time."""
+    from multigpu.config.launch import Signal, stop_signals
+    from multigpu.run.optuna_check import is_optuna
+    from multigpu.run.resume import going_on
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, *stop_signals(os.environ))
+
+    def cancel(signum: int, frame: Any) -> None:
+        for each in signals:
+            signal.signal(each, signal.SIG_IGN)
+        left = queued(job_ids)
+        running = [job_id for job_id, state in left if state == "RUNNING"]
+        pending = [job_id for job_id, state in left if state != "RUNNING"]
+        for command, ids in ((["scancel", "--signal=TERM"], running), (["scancel"], pending)):
+            if ids:  # a running job's processes record the stop, as a stopped run does
+                subprocess.run([*command, *ids], check=False, capture_output=True)
+        goes_on = going_on(config.hydra.sweep.dir, is_optuna(config))
+        said = f"error: interrupted by {Signal(signum).name} while the sweep's jobs were on "
+        said += f"Slurm: {len(left)} cancelled (a running one records it); {goes_on}\n"
+        os.write(2, said.encode())
+        sys.exit(128 + signum)
+
+    before = {each: signal.signal(each, cancel) for each in signals}
+    try:
+        yield
+    finally:
+        for each, handler in before.items():
+            signal.signal(each, handler)
 
 
 def queued(job_ids: list[str]) -> list[tuple[str, str]]:
