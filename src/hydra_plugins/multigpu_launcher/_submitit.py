@@ -18,12 +18,9 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -168,24 +165,16 @@ class SubmititJobs(SubmititSlurmLauncher):
         return ended
 
 
-@contextlib.contextmanager
-def cancelled_if_stopped(job_ids: list[str], config: Any) -> Iterator[None]:
+def cancelled_if_stopped(job_ids: list[str], config: Any) -> contextlib.AbstractContextManager:
     """A stop signal while the sweep's jobs are queued or run on Slurm cancels them (a running
     one gets SIGTERM from Slurm, records it and keeps its checkpoint), and ends the sweep in
     one line saying how it goes on: stopped, the sweep had left them to run, and its command
     run again submitted them a second time."""
-    from multigpu.config.launch import Signal, stop_signals
+    from multigpu.config.launch import Signal, answering_stops
     from multigpu.run.optuna_check import is_optuna
     from multigpu.run.resume import going_on
 
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signals = (signal.SIGINT, *stop_signals(os.environ))
-
-    def cancel(signum: int, frame: Any) -> None:
-        for each in signals:
-            signal.signal(each, signal.SIG_IGN)
+    def cancel(signum: Signal) -> None:
         left = queued(job_ids)
         running = [job_id for job_id, state in left if state == "RUNNING"]
         pending = [job_id for job_id, state in left if state != "RUNNING"]
@@ -193,17 +182,12 @@ def cancelled_if_stopped(job_ids: list[str], config: Any) -> Iterator[None]:
             if ids:  # a running job's processes record the stop, as a stopped run does
                 subprocess.run([*command, *ids], check=False, capture_output=True)
         goes_on = going_on(config.hydra.sweep.dir, is_optuna(config))
-        said = f"error: interrupted by {Signal(signum).name} while the sweep's jobs were on "
+        said = f"error: interrupted by {signum.name} while the sweep's jobs were on "
         said += f"Slurm: {len(left)} cancelled (a running one records it); {goes_on}\n"
         os.write(2, said.encode())
         sys.exit(128 + signum)
 
-    before = {each: signal.signal(each, cancel) for each in signals}
-    try:
-        yield
-    finally:
-        for each, handler in before.items():
-            signal.signal(each, handler)
+    return answering_stops(cancel)
 
 
 def queued(job_ids: list[str]) -> list[tuple[str, str]]:

@@ -5,6 +5,7 @@ and the run folder's name that every process of the run derives alike. Torch-fre
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -12,7 +13,8 @@ import re
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 
 from multigpu.config.errors import UserError, plain_or_quoted
@@ -430,6 +432,29 @@ def stop_signals(environ: Mapping[str, str]) -> tuple[Signal, ...]:
     users = () if slurm_started(environ) else (signal.SIGUSR1, signal.SIGUSR2)
     ends = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, *LIMITS, *users)
     return tuple(Signal(s) for s in ends if s not in IGNORED_AT_START) + QUIET_AT_START
+
+
+@contextlib.contextmanager
+def answering_stops(answer: Callable[[Signal], None]) -> Iterator[None]:
+    """Within the block, Ctrl-C and the ``stop_signals`` are answered by ``answer`` (which may
+    raise or exit), once: the first ignores the later ones. In the main thread only (the one
+    Python delivers signals to); the handlers before are put back after the block."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signals = (signal.SIGINT, *stop_signals(os.environ))
+
+    def first(signum: int, frame: object) -> None:
+        for each in signals:
+            signal.signal(each, signal.SIG_IGN)
+        answer(Signal(signum))
+
+    before = {each: signal.signal(each, first) for each in signals}
+    try:
+        yield
+    finally:
+        for each, handler in before.items():
+            signal.signal(each, handler)
 
 
 def requeue_on_warning(environ: Mapping[str, str]) -> None:

@@ -5,7 +5,6 @@ imports torch and Lightning."""
 from __future__ import annotations
 
 import atexit
-import contextlib
 import logging
 import os
 import re
@@ -14,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +56,7 @@ from multigpu.config.errors import (
 )
 from multigpu.config.launch import (
     Signal,
+    answering_stops,
     requeue_on_warning,
     slurm_started,
     stop_signals,
@@ -361,7 +360,7 @@ def wait_for_workers(workers: list[Any], wait_s: float) -> None:
     on a command that seems to hang), is killed."""
     deadline = time.monotonic() + wait_s
     try:
-        with stops_raise():
+        with answering_stops(stopped):
             for worker in workers:
                 left = max(0.0, deadline - time.monotonic())
                 worker.wait(left) if hasattr(worker, "wait") else worker.join(left)
@@ -377,23 +376,5 @@ class Stopped(Exception):
     """A stop signal while the workers were waited for."""
 
 
-@contextlib.contextmanager
-def stops_raise() -> Iterator[None]:
-    """Stop signals raise ``Stopped`` (in the main thread), and no more after the first."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    signals = (signal.SIGINT, *stop_signals(os.environ))
-
-    def stop(signum: int, frame: Any) -> None:
-        for each in signals:
-            signal.signal(each, signal.SIG_IGN)
-        raise Stopped
-
-    before = {each: signal.signal(each, stop) for each in signals}
-    try:
-        yield
-    finally:
-        for each, handler in before.items():
-            signal.signal(each, handler)
+def stopped(signum: Signal) -> None:
+    raise Stopped(signum.name)
