@@ -261,6 +261,40 @@ def test_a_stopped_slurm_sweep_stops_its_jobs_and_its_command_continues_them(slu
 
 
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
+@pytest.mark.parametrize("folder_was_there", [False, True], ids=["new_folder", "given_folder"])
+def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(
+    slurm, tmp_path, folder_was_there
+):
+    """Two arrays (the launcher's memory follows the seed): the first goes out, sbatch refuses
+    the second (no node has 100 GB). Its reason is the one line (sbatch's own lines had come
+    first), the first array is cancelled, and what the sweep wrote is gone: the folder it made,
+    or, in a folder that was there, submitit's files."""
+    sweep = tmp_path / "sweep"
+    if folder_was_there:
+        sweep.mkdir()
+        (sweep / "notes.txt").write_text("kept")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+        + ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
+        + ["hydra.launcher.mem_gb=${seed}", "seed=1,100", *TINY, "data=synthetic"]
+        + [f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "error" in line]
+    assert len(said) == 1 and said[0].startswith("error: SLURM refused the jobs (sbatch: "), said
+    assert "Memory specification can not be satisfied" in said[0] and "mem_gb=100" in said[0]
+    queued = subprocess.run(["squeue", "-h", f"--name={JOB_NAME}"], capture_output=True)
+    assert queued.stdout == b""
+    kept = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    assert kept == (["sweep", "sweep/multirun.yaml", "sweep/notes.txt"] if folder_was_there else [])
+
+
+@pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     """Partition "short" allows 1 minute; the job asks for 120: it would wait forever."""
     started = time.monotonic()

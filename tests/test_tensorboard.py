@@ -104,6 +104,25 @@ def test_trial_ids_start_with_what_tells_runs_apart(tmp_path):
     assert trial_name(tmp_path / "x" / "run", runs) == f"run ({tmp_path / 'x'})"
 
 
+@pytest.mark.parametrize("version", ["", 3, "v"])
+@pytest.mark.parametrize("sub_dir", [None, "sub"])
+def test_the_events_go_to_the_folder_as_it_is_spelt(tmp_path, monkeypatch, version, sub_dir):
+    """A run folder named with a ``$``: Lightning's logger expands it, so the events went to
+    another folder than the run's record; without one, both loggers agree."""
+    from pytorch_lightning.loggers import TensorBoardLogger
+
+    from multigpu.callbacks.tensorboard_logger import EpochTensorBoardLogger
+
+    monkeypatch.setenv("RUN_PART", "elsewhere")
+    for save_dir in (tmp_path / "plain", tmp_path / "$RUN_PART" / "x"):
+        arguments = {"save_dir": str(save_dir), "name": "", "version": version, "sub_dir": sub_dir}
+        ours = EpochTensorBoardLogger(**arguments).log_dir
+        assert Path(ours).parts[: len(save_dir.parts)] == save_dir.parts
+        with monkeypatch.context() as plain:
+            plain.delenv("RUN_PART")
+            assert ours == TensorBoardLogger(**arguments).log_dir
+
+
 def test_the_confusion_matrix_is_drawn_as_wide_as_the_images_tab_shows_it():
     names = [f"class {i}" for i in range(10)]
     matrix = torch.eye(10, dtype=torch.long) * 95 + 1

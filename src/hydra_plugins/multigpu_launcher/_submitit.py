@@ -4,8 +4,9 @@ submitit launcher, made to work as given on any partition.
 - Resources per job: the launcher's settings are resolved with each job's own config, so a sweep
   over ``trainer.devices=1,2`` gives each job its own tasks (one per device under DDP) and GPUs;
   jobs asking for the same go out as one array.
-- A submission SLURM refuses ends the sweep with its one-line reason, not a traceback.
-- A stop signal to the sweep stops its jobs on Slurm too (they had run on unseen).
+- A submission SLURM refuses ends the sweep with sbatch's reason in one line, not a traceback,
+  and leaves nothing: the jobs submitted before it are cancelled, what was written removed.
+- A stop signal to the sweep, once it submits, stops its jobs on Slurm too (they had run on).
 - A job that SLURM will never start (a partition's limit, a node that cannot hold it) is named
   and cancelled after ``hydra.launcher.unschedulable_after_s`` seconds of waiting for that
   reason, instead of the launcher waiting forever; the sweep records it as failed.
@@ -15,9 +16,11 @@ launcher is chosen: its name starts with ``_``, which Hydra's plug-in scan skips
 """
 
 import contextlib
+import io
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -32,10 +35,12 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import (
 )
 from omegaconf import OmegaConf
 
+from multigpu.callbacks.interrupts import signals_held
 from multigpu.config.errors import summary_line
 from multigpu.config.job_names import sweep_job_folder
 from multigpu.run.objective import job_ending
 from multigpu.storage.outcome import Outcome
+from multigpu.storage.ownership import discard
 from multigpu.storage.record import record_ending
 
 log = logging.getLogger(__name__)
@@ -59,6 +64,10 @@ ASKED = ("partition", "nodes", "tasks_per_node", "cpus_per_task", "gpus_per_node
 ASKED += ("timeout_min",)
 
 
+class Refused(Exception):
+    """sbatch refused a submission: the sweep's one line."""
+
+
 class SubmititJobs(SubmititSlurmLauncher):
     """The launcher itself: Hydra's submitit SLURM launcher, with the jobs grouped by their
     resources, a refusal in one line, and jobs that will never start cancelled."""
@@ -74,9 +83,19 @@ class SubmititJobs(SubmititSlurmLauncher):
             )
         submitted: dict[int, Any] = {}
         self.cancelled: dict[str, str] = {}
-        for params, jobs in groups.items():
-            submitted.update(self.submit(json.loads(params), jobs))
-        self.wait(submitted)
+        there = set(sweep_dir.rglob("*"))
+        with cancelled_if_stopped(submitted, self.config):
+            for params, jobs in groups.items():
+                try:
+                    with signals_held():  # sbatch answers first: the jobs it took are known
+                        submitted.update(self.submit(json.loads(params), jobs))
+                except Refused as refused:  # nothing of the sweep is left to run, or written
+                    cancel([job.job_id for job in submitted.values()])
+                    remove_new(sweep_dir, there)
+                    discard(sweep_dir)
+                    print(f"error: {refused}", file=sys.stderr, flush=True)
+                    sys.exit(2)
+            self.wait(submitted)
         overrides = dict(enumerate(job_overrides, start=initial_job_idx))
         return [
             self.result(number, job, list(overrides[number]), sweep_dir)
@@ -91,6 +110,7 @@ class SubmititJobs(SubmititSlurmLauncher):
         return json.dumps(params, sort_keys=True)
 
     def submit(self, params: dict[str, Any], jobs: list[tuple[int, list[str]]]) -> dict[int, Any]:
+        """Submit ``jobs`` as one array; raises ``Refused`` with sbatch's reason."""
         import submitit  # slow to import: only once jobs go out
 
         self.unschedulable_after_s = params.pop("unschedulable_after_s", 300)
@@ -110,17 +130,15 @@ class SubmititJobs(SubmititSlurmLauncher):
             for number, overrides in jobs
         ]
         try:
-            array = executor.map_array(self, *zip(*arguments, strict=True))
+            with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's lines
+                array = executor.map_array(self, *zip(*arguments, strict=True))
         except Exception as err:  # sbatch refused the request: say why, in one line
             reason = " ".join(str(err).split()) or type(err).__name__
             asked = " ".join(f"{k}={params[k]}" for k in ASKED if params.get(k) is not None)
-            print(
-                f"error: SLURM refused the jobs ({reason}); they asked for {asked}: change "
-                "hydra.launcher.<that>",
-                file=sys.stderr,
-                flush=True,
-            )
-            sys.exit(2)
+            raise Refused(
+                f"SLURM refused the jobs ({reason}); they asked for {asked}: change "
+                "hydra.launcher.<that>"
+            ) from None
         return {number: job for (number, _), job in zip(jobs, array, strict=True)}
 
     def wait(self, submitted: dict[int, Any]) -> None:
@@ -128,9 +146,7 @@ class SubmititJobs(SubmititSlurmLauncher):
         sacct too, which clusters without accounting do not answer); a job pending for a reason
         SLURM will not get over is cancelled once it has waited ``unschedulable_after_s``."""
         pending_since: dict[str, float] = {}
-        job_ids = [job.job_id for job in submitted.values()]
-        with cancelled_if_stopped(job_ids, self.config):
-            self.wait_for(job_ids, pending_since)
+        self.wait_for([job.job_id for job in submitted.values()], pending_since)
 
     def wait_for(self, job_ids: list[str], pending_since: dict[str, float]) -> None:
         while active := queued(job_ids):
@@ -165,29 +181,47 @@ class SubmititJobs(SubmititSlurmLauncher):
         return ended
 
 
-def cancelled_if_stopped(job_ids: list[str], config: Any) -> contextlib.AbstractContextManager:
-    """A stop signal while the sweep's jobs are queued or run on Slurm cancels them (a running
-    one gets SIGTERM from Slurm, records it and keeps its checkpoint), and ends the sweep in
-    one line saying how it goes on: stopped, the sweep had left them to run, and its command
-    run again submitted them a second time."""
+def cancelled_if_stopped(submitted: dict[int, Any], config: Any) -> Any:
+    """A stop signal while the sweep's jobs are submitted, queued or run on Slurm cancels the
+    ones ``submitted`` (a running one gets SIGTERM from Slurm, records it and keeps its
+    checkpoint), and ends the sweep in one line saying how it goes on: stopped, the sweep had
+    left them to run, and its command run again submitted them a second time."""
     from multigpu.config.launch import Signal, answering_stops
     from multigpu.run.optuna_check import is_optuna
     from multigpu.run.resume import going_on
 
-    def cancel(signum: Signal) -> None:
-        left = queued(job_ids)
-        running = [job_id for job_id, state in left if state == "RUNNING"]
-        pending = [job_id for job_id, state in left if state != "RUNNING"]
-        for command, ids in ((["scancel", "--signal=TERM"], running), (["scancel"], pending)):
-            if ids:  # a running job's processes record the stop, as a stopped run does
-                subprocess.run([*command, *ids], check=False, capture_output=True)
+    def stop(signum: Signal) -> None:
+        left = cancel([job.job_id for job in submitted.values()])
         goes_on = going_on(config.hydra.sweep.dir, is_optuna(config))
         said = f"error: interrupted by {signum.name} while the sweep's jobs were on "
-        said += f"Slurm: {len(left)} cancelled (a running one records it); {goes_on}\n"
+        said += f"Slurm: {left} cancelled (a running one records it); {goes_on}\n"
         os.write(2, said.encode())
         sys.exit(128 + signum)
 
-    return answering_stops(cancel)
+    return answering_stops(stop)
+
+
+def cancel(job_ids: list[str]) -> int:
+    """Cancel these jobs: a pending one at once, a running one by SIGTERM (its processes record
+    the stop, as a stopped run does); how many SLURM still had."""
+    left = queued(job_ids) if job_ids else []
+    running = [job_id for job_id, state in left if state == "RUNNING"]
+    pending = [job_id for job_id, state in left if state != "RUNNING"]
+    for command, ids in ((["scancel", "--signal=TERM"], running), (["scancel"], pending)):
+        if ids:
+            subprocess.run([*command, *ids], check=False, capture_output=True)
+    return len(left)
+
+
+def remove_new(folder: Path, there: set[Path]) -> None:
+    """Remove what was written in ``folder`` since it held only ``there`` (submitit's files)."""
+    new = set(folder.rglob("*")) - there
+    for path in new:
+        if path.parent not in new:  # the root of what is new there
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
 
 
 def queued(job_ids: list[str]) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ columns are then every scalar tag the runs log (``multigpu.callbacks.hparams``).
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -118,6 +119,15 @@ class EpochTensorBoardLogger(TensorBoardLogger):
     def __init__(self, *args: Any, runs_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.runs_dir = runs_dir
+
+    @property
+    @override
+    def log_dir(self) -> str:
+        """Lightning's, as it is spelt: Lightning expands ``$NAME`` in it, which put the events
+        of a run whose folder is named with a ``$`` in another folder than its record."""
+        version = self.version if isinstance(self.version, str) else f"version_{self.version}"
+        sub_dir = [self.sub_dir] if isinstance(self.sub_dir, str) else []
+        return os.path.expanduser(os.path.join(self.root_dir, version, *sub_dir))
 
     @override
     @rank_zero_only

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -112,6 +113,16 @@ def release(folder: str | Path, unmake: bool = False) -> None:
         for empty in [folder, *folder.parents][: len(folder.parts) - len(made.parts) + 1]:
             with contextlib.suppress(OSError):  # not empty (another run's), or gone
                 empty.rmdir()
+
+
+def discard(folder: str | Path) -> None:
+    """Give ``folder`` up, and remove it with all it holds if ``acquire`` made it (then all it
+    holds is this process's: a sweep refused once it began writing leaves nothing behind); a
+    folder that was there before keeps what it holds."""
+    folder = canonical(folder)
+    if folder in _made:
+        shutil.rmtree(folder, ignore_errors=True)
+    release(folder, unmake=True)
 
 
 def acquire_all(folders: Mapping[str, Path], check: Callable[[], None] | None = None) -> list[Path]:
