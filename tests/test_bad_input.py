@@ -584,6 +584,42 @@ def test_a_run_folder_through_a_link_that_leads_nowhere_is_refused_before_admiss
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
 
 
+@given(
+    before=st.text(st.characters(blacklist_characters="\0/"), max_size=8),
+    after=st.text(st.characters(blacklist_characters="\0"), max_size=8),
+    key=st.sampled_from(["hydra.run.dir", "hydra.sweep.dir"]),
+)
+def test_a_folder_named_with_a_reference_is_refused_naming_its_setting(before, after, key):
+    """An escaped ``\\${`` gives a folder whose name holds ``${``, which the job's settings
+    that name the folder (``paths.output_dir``, the Trainer's root) read as a reference: the
+    run or the sweep failed on "Interpolation key not found", naming another setting or none."""
+    import contextlib
+    import io
+
+    from multigpu.run.preflight import check_creatable_folder
+
+    folder = f"outputs/{before}${{{after}"
+    said = io.StringIO()
+    with pytest.raises(SystemExit) as stopped, contextlib.redirect_stderr(said):
+        check_creatable_folder(folder, key, probe=False)
+    assert stopped.value.code == 2
+    assert said.getvalue() == (
+        f"error: {key}={folder} holds '${{', which Hydra reads in the run's settings as a "
+        f"reference to another setting: pass a {key} without one\n"
+    )
+
+
+def test_a_sweep_folder_named_with_a_reference_is_refused_before_its_jobs(tmp_path):
+    result = run_script(
+        "train.py", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sw/\\${x}", cwd=tmp_path
+    )
+    assert result.returncode == 2 and stderr_lines(result) == [
+        "error: hydra.sweep.dir=sw/${x} holds '${', which Hydra reads in the run's settings as a "
+        "reference to another setting: pass a hydra.sweep.dir without one"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_run_folder_under_paths_runs_dir_names_that_setting_too(tmp_path, capsys):
     """``paths.runs_dir=<a file>/x``: the line named only hydra.run.dir, which the user had not
     given (Hydra names the run folder under paths.runs_dir)."""

@@ -77,6 +77,12 @@ def check_creatable_folder(folder: str, key: str, probe: bool = True, named: str
     run's admission probes its folders itself, once it has found them apart from other runs',
     whose folders it must not touch). ``named``: the settings that name it, if more than
     ``key``."""
+    if "${" in str(folder):  # an escaped \${: the job's settings that name it would resolve it
+        refuse(
+            f"{key}={folder!s} holds '${{', which Hydra reads in the run's settings as a "
+            f"reference to another setting: pass a {named or key} without one",
+            UserError.exit_code,
+        )
     empty = not str(folder).strip()
     if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
