@@ -1176,3 +1176,36 @@ def test_a_resume_under_chdir_records_the_checkpoint_it_read_and_names_its_folde
     read = tmp_path.resolve() / "a" / "checkpoints" / "last.ckpt"
     assert record["resumed_from"]["checkpoint"] == str(read) and record["epochs"] == 2
     assert "run folder: b\n" in resumed.stdout
+
+
+@given(
+    status=st.sampled_from(["failed", "interrupted"]),
+    reason=st.text(max_size=40),
+    checkpoint=st.booleans(),
+    epochs=st.integers(0, 2),
+)
+def test_a_job_that_never_started_leaves_its_folder_to_the_job_run_again(
+    tmp_path_factory, status, reason, checkpoint, epochs
+):
+    """A launcher records a job SLURM never started (or that died before Hydra ran it) in its
+    folder, with no settings and no epoch: the sweep's command run again had refused that
+    folder as "a record of an older version", so the sweep could not be continued. Such a
+    record holds nothing of a run; one with epochs, or beside a checkpoint, is still kept."""
+    from multigpu.run.admission import Folder, folder_state
+    from multigpu.storage.record import record_ending
+
+    folder = tmp_path_factory.mktemp("job")
+    record_ending(folder / "metrics.json", Outcome(status, reason, 1))
+    if epochs:  # a run's record without settings: of an older version
+        kept = json.loads((folder / "metrics.json").read_text())
+        kept.update(epochs=epochs, history=[{"epoch": n + 1} for n in range(epochs)])
+        (folder / "metrics.json").write_text(json.dumps(kept))
+    if checkpoint:
+        (folder / "checkpoints").mkdir()
+        (folder / "checkpoints" / "last.ckpt").write_bytes(b"")
+    settings = {"seed": 1}
+    if epochs or checkpoint:
+        with pytest.raises(OccupiedFolder, match="a record of an older version"):
+            folder_state(folder, folder / "checkpoints", settings, 1, True)
+    else:
+        assert folder_state(folder, folder / "checkpoints", settings, 1, True) == Folder()

@@ -583,3 +583,19 @@ def test_the_report_of_a_run_folder_is_refused_and_writes_nothing(tmp_path, caps
     )
     assert sorted(p.name for p in job.iterdir()) == before
     assert main([str(tmp_path)]) == 0  # the folder above reports it
+
+
+def test_the_report_of_an_empty_path_is_refused_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """``python -m multigpu.tools.report ''`` had reported the current folder, writing the
+    summary and plots there (``Path('')`` is ``.``)."""
+    from multigpu.tools.report.__main__ import main
+
+    write_job(tmp_path, "seed_1", record())
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(SystemExit) as stopped:
+        main([""])
+    assert stopped.value.code == 2
+    (said,) = capsys.readouterr().err.strip().splitlines()
+    assert said.startswith("error: ") and "'' is not a path" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

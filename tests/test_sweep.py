@@ -301,6 +301,11 @@ def test_a_slurm_sweep_is_checked_on_the_node_it_asks_for(accelerator):
             ["trainer.devices=2", "hydra.launcher.tasks_per_node=1"],
             "hydra.launcher.tasks_per_node=1, but strategy=ddp with trainer.devices=2 runs 2 ",
         ),
+        (
+            ["trainer.devices=2", "hydra.launcher.timeout_min=1"],
+            "hydra.launcher.signal_delay_s=90: Slurm warns a job that long before its time "
+            "limit, hydra.launcher.timeout_min=1 (60 s), so it would be requeued as it starts",
+        ),
     ],
 )
 def test_a_slurm_gpu_job_asks_for_what_it_runs_on(overrides, said):

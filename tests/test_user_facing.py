@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import sys
 import warnings
 from pathlib import Path
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from conftest import TINY, examples, run_script
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -409,6 +410,22 @@ def test_closing_lines_say_how_the_run_did_and_where_it_is(tmp_path, monkeypatch
     (run / "events.out.tfevents.1.host").write_bytes(b"")
     assert closing_lines(record, run)[-1] == "look at it: tensorboard --logdir outputs/run"
     assert closing_lines(record, run)[0].startswith("test accuracy 0.5200 after 3 epoch(s);")
+
+
+@given(name=st.text(st.characters(blacklist_characters="\0/"), min_size=1, max_size=12))
+def test_the_tensorboard_line_runs_as_a_command_whatever_the_folder_is_named(name):
+    """``hydra.run.dir=-x``: ``tensorboard --logdir -x`` read the folder as an option."""
+    import argparse
+
+    from multigpu.run.run_summary import tensorboard_line
+
+    assume(name not in (".", ".."))
+    said = tensorboard_line(Path.cwd() / name).removeprefix("look at it: ")
+    parser = argparse.ArgumentParser(prog="tensorboard")
+    parser.add_argument("--logdir")
+    arguments = shlex.split(said)
+    assert arguments[0] == "tensorboard"
+    assert Path(parser.parse_args(arguments[1:]).logdir) == Path(name)
 
 
 def test_plots_use_whole_epochs_and_axes_from_zero():

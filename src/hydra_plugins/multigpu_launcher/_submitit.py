@@ -202,14 +202,14 @@ def cancelled_if_stopped(submitted: dict[int, Any], config: Any) -> Any:
 
 
 def cancel(job_ids: list[str]) -> int:
-    """Cancel these jobs: a pending one at once, a running one by SIGTERM (its processes record
-    the stop, as a stopped run does); how many SLURM still had."""
+    """Cancel these jobs (a running one's processes get SIGTERM and record the stop, as a
+    stopped run does; Slurm kills what still runs after its KillWait: a job that SIGTERM finds
+    starting, before the run answers it, had run on); how many SLURM still had."""
     left = queued(job_ids) if job_ids else []
-    running = [job_id for job_id, state in left if state == "RUNNING"]
-    pending = [job_id for job_id, state in left if state != "RUNNING"]
-    for command, ids in ((["scancel", "--signal=TERM"], running), (["scancel"], pending)):
-        if ids:
-            subprocess.run([*command, *ids], check=False, capture_output=True)
+    if left:
+        subprocess.run(
+            ["scancel", *(job_id for job_id, _ in left)], check=False, capture_output=True
+        )
     return len(left)
 
 
@@ -226,7 +226,7 @@ def remove_new(folder: Path, there: set[Path]) -> None:
 
 def queued(job_ids: list[str]) -> list[tuple[str, str]]:
     """(job id, pending reason, or the state) of each of these jobs SLURM has not finished."""
-    command = ["squeue", "-h", "-o", "%i %T %r", "-j", ",".join(job_ids)]
+    command = ["squeue", "-h", "-r", "-o", "%i %T %r", "-j", ",".join(job_ids)]  # -r: 1 a task
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     found = []
     for line in result.stdout.splitlines():

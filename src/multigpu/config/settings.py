@@ -335,6 +335,13 @@ def slurm_node(
             f"={devices} runs {expected} process(es) on each node: drop "
             "hydra.launcher.tasks_per_node (it follows the strategy and the devices)"
         )
+    warned, limit = launcher.get("signal_delay_s") or 0, launcher.get("timeout_min") or 0
+    if limit and warned >= 60 * limit:
+        raise UserError(
+            f"hydra.launcher.signal_delay_s={warned}: Slurm warns a job that long before its "
+            f"time limit, hydra.launcher.timeout_min={limit} ({60 * limit} s), so it would be "
+            "requeued as it starts: raise timeout_min, or lower signal_delay_s"
+        )
     cores = (launcher.get("cpus_per_task") or 1) * tasks
     return replace(here, cuda_devices=gpus, cpu_cores=cores)
 

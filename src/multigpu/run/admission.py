@@ -59,7 +59,7 @@ from multigpu.storage.atomic import check_creatable
 from multigpu.storage.ckpt_path import LAST, PREVIOUS
 from multigpu.storage.ownership import check_free, holder, is_free
 from multigpu.storage.paths import canonical, folders_below, is_within
-from multigpu.storage.record import agree
+from multigpu.storage.record import RUNNING, agree
 from multigpu.storage.record_file import BadRecord, read_record
 
 FINISHED = ("completed", "diverged")  # running them again would give the same
@@ -82,10 +82,11 @@ LOGGERS_FILES = ("events.out.tfevents.", "metrics.csv", "hparams.yaml")  # Tenso
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
 LOG_FILE = "hydra.job_logging.handlers.file.filename"  # a file: the other places are folders
-# How the program writing in a place reads the path it is given: Lightning's loggers expand
-# variables and ~, the Trainer and torchvision ~, Hydra and Python's logging neither.
+# How the program writing in a place reads the path it is given: the loggers, the Trainer and
+# torchvision expand ~ (the TensorBoard logger no $NAME: see its log_dir), Hydra and Python's
+# logging neither.
 EXPANDS = {
-    "logger.save_dir": lambda path: os.path.expanduser(os.path.expandvars(path)),
+    "logger.save_dir": os.path.expanduser,
     "trainer.default_root_dir": os.path.expanduser,
     "data.root": os.path.expanduser,
 }
@@ -845,6 +846,11 @@ def folder_state(
         return Folder()
     previous = read_previous(path)
     saved = previous.get("settings")
+    last = checkpoints / LAST
+    if never_started(previous) and not last.is_file():  # a launcher's record of its job
+        if rank_zero:
+            check_nothing_else(output_dir)
+        return Folder()
     if not isinstance(saved, dict) or differences(saved, settings):
         how = describe(differences(saved, settings)) if isinstance(saved, dict) else None
         raise OccupiedFolder(
@@ -853,7 +859,6 @@ def folder_state(
             + ": it is left as it is; pass another hydra.run.dir (re-running a sweep: the "
             "overrides it was started with, or another hydra.sweep.dir)"
         )
-    last = checkpoints / LAST
     status, epochs = previous.get("status"), previous.get("epochs")
     if rank_zero and status in FINISHED:
         if (
@@ -879,6 +884,17 @@ def folder_state(
             f"(continue it with trainer.max_epochs>{len(history)})"
         )
     return Folder(continued=last, history=history, recorded=history)
+
+
+def never_started(record: dict[str, Any]) -> bool:
+    """A record of a job that ended before its run began (a launcher wrote it: SLURM never
+    started the job, or it died before Hydra ran it): no settings and no epoch, so it holds
+    nothing of a run, and the job run again takes its folder over."""
+    return (
+        record.get("settings") is None
+        and not record.get("epochs")
+        and (record.get("status") not in (RUNNING, *FINISHED))
+    )
 
 
 def check_nothing_else(output_dir: Path) -> None:

@@ -11,15 +11,17 @@ from typing import Any
 def shown_path(path: str | Path) -> str:
     """``path`` as the user would type it from here: relative when below the folder the
     command started in (Hydra's ``runtime.cwd``: under ``hydra.job.chdir`` the job runs in
-    its own folder, which would show as ``.``)."""
+    its own folder, which would show as ``.``); one starting with ``-`` with a ``./``, which
+    a command does not read as an option."""
     from hydra.core.hydra_config import HydraConfig
 
     here = Path(HydraConfig.get().runtime.cwd) if HydraConfig.initialized() else Path.cwd()
     path = Path(path).absolute()
     try:
-        return str(path.relative_to(here))
+        shown = str(path.relative_to(here))
     except ValueError:
         return str(path)
+    return f"./{shown}" if shown.startswith("-") else shown
 
 
 def tensorboard_line(folder: str | Path) -> str:

@@ -9,14 +9,15 @@ from pathlib import Path
 from multigpu.config.errors import WriteFailed
 from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.record_file import records_below
-from multigpu.tools.arguments import OneLineParser
+from multigpu.tools.arguments import OneLineParser, path_name
 from multigpu.tools.report import incomplete, to_text, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m multigpu.tools.report", description=__doc__)
-    parser.add_argument("sweep_dir", type=Path, help="e.g. outputs/multirun/<date>/<time>")
+    parser.add_argument("sweep_dir", type=path_name, help="e.g. outputs/<date>/<time>")
     args = parser.parse_args(argv)
+    args.sweep_dir = Path(args.sweep_dir)  # after the check: Path("") is the current folder
     if not args.sweep_dir.is_dir():
         print(f"error: {args.sweep_dir} is not a folder: pass a sweep folder", file=sys.stderr)
         return 2
