@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO, SHARED_DATA, help_of, refusal_in
@@ -124,6 +125,29 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
     from multigpu.tools.bench.__main__ import parse_args
 
     assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
+
+
+@pytest.mark.parametrize("mark", ["metrics.json", "multirun.yaml"])
+@pytest.mark.parametrize("below", ["", "bench", "bench/deeper"])
+def test_an_out_folder_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
+    mark, below, tmp_path, monkeypatch, capsys
+):
+    """``--out <a run's or a sweep's folder>``: each of the bench's runs was refused there (a
+    run inside another's folder) once the bench had begun, and bench.json went among the
+    run's files."""
+    from multigpu.tools.bench.__main__ import parse_args
+
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / mark).write_text("")
+    out = str(Path("held", below)) if below else "held"
+    said = refusal_in(tmp_path, parse_args, ["--out", out], monkeypatch, capsys)
+    owner = "run" if mark == "metrics.json" else "sweep"
+    assert (
+        f"--out {out}: {held} is another {owner}'s folder (it holds that {owner}'s {mark})" in said
+    )
+    assert sorted(p.name for p in held.iterdir()) == [mark]
+    assert parse_args(["--out", str(tmp_path / "apart")]).out == tmp_path / "apart"
 
 
 @pytest.mark.parametrize("only", [None, ["lightning_memory_nhwc"]])

@@ -312,6 +312,21 @@ def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     assert "cannot start (PartitionTimeLimit): cancelled" in result.stderr
     (row,) = read_summary(tmp_path / "sweep")
     assert row["status"] == "failed" and "PartitionTimeLimit" in row["reason"]
+    # Its command on a partition that takes it goes on with the sweep (its folder had been
+    # refused as holding "a record of an older version").
+    again = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+        + ["hydra.launcher.partition=cpu", *TINY, "data=synthetic"]
+        + [f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    (row,) = read_summary(tmp_path / "sweep")
+    assert row["status"] == "completed"
 
 
 def torchrun(launcher: list[str], overrides: list[str], cwd: Path) -> subprocess.Popen:

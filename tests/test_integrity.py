@@ -740,6 +740,7 @@ def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
     first = tiny_run(tmp_path, f"hydra.run.dir={folder}")
     assert first.returncode == 0, first.stderr[-3000:]
     before = snapshot(folder)
+    said = {}
     for overrides, status, text in (
         (["model.net.width=0"], 2, "model.net.width=0 must be a positive integer"),
         (["model.net.width=5"], 2, f"{folder} holds a run with other settings"),
@@ -748,9 +749,16 @@ def test_a_finished_run_folder_is_never_overwritten_or_relabelled(tmp_path):
     ):
         again = tiny_run(tmp_path, f"hydra.run.dir={folder}", *overrides)
         assert again.returncode == status, again.stderr[-2000:]
-        (line,) = again.stderr.strip().splitlines()
-        assert text in line and "Traceback" not in again.stderr
+        (said[text],) = again.stderr.strip().splitlines()
+        assert text in said[text] and "Traceback" not in again.stderr
         assert snapshot(folder) == before  # record, config, checkpoint, events: all as they were
+    # The advice to train further, followed: the same command had been refused again.
+    advised = f"ckpt_path={folder / 'checkpoints' / 'last.ckpt'} trainer.max_epochs=3"
+    line = said["a finished result is not trained further in place"]
+    assert f"{advised}, and another hydra.run.dir or none" in line
+    more = tiny_run(tmp_path, *advised.split())
+    assert more.returncode == 0, more.stderr[-2000:]
+    assert snapshot(folder) == before
 
 
 @pytest.mark.slow
@@ -1209,3 +1217,29 @@ def test_a_job_that_never_started_leaves_its_folder_to_the_job_run_again(
             folder_state(folder, folder / "checkpoints", settings, 1, True)
     else:
         assert folder_state(folder, folder / "checkpoints", settings, 1, True) == Folder()
+
+
+@pytest.mark.parametrize("key", ["width", "num_classes"])
+def test_a_resume_to_another_network_shape_is_told_the_ways_that_load_its_weights(key, tmp_path):
+    """``ckpt_path=latest model.net.width=16`` after a width-8 run had said to pass init_from,
+    which then refused the weights ("pass model.net.width=8"): a circle. Neither init_from nor
+    resume_changes loads weights of another shape."""
+    from multigpu.storage.atomic import write_json
+
+    saved = {f"model.net.{key}": 8, "seed": 1}
+    current = {f"model.net.{key}": 16, "seed": 1}
+    ways = (
+        f"a network of another shape cannot load its weights: pass model.net.{key}=8 to resume "
+        "it, or no ckpt_path to train this network from scratch"
+    )
+    with pytest.raises(UserError) as refused:
+        check_same_run(Path("x.ckpt"), saved, current, [])
+    assert str(refused.value).endswith(ways) and "init_from" not in str(refused.value)
+    last = tmp_path / "runs" / "a" / "checkpoints" / "last.ckpt"
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    write_json(last.parent.parent / "metrics.json", summarize([], {}, settings=saved))
+    with pytest.raises(UserError) as refused:
+        latest_of(tmp_path / "runs", current, [])
+    assert str(refused.value).endswith(ways) and "init_from" not in str(refused.value)
+    assert latest_of(tmp_path / "runs", saved, []) == last  # the way it names resumes

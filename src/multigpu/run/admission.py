@@ -870,7 +870,8 @@ def folder_state(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
                 f"{as_typed(last) if last.is_file() else checkpoint_elsewhere()} "
-                f"trainer.max_epochs={max_epochs}"
+                f"trainer.max_epochs={max_epochs}, and another hydra.run.dir or none (in a "
+                "sweep, another hydra.sweep.dir)"
             )
         return Folder(finished=previous)
     history = previous.get("history")

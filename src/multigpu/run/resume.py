@@ -203,15 +203,33 @@ def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]
             return path
     newest = candidates[0]
     saved = (record_beside(newest) or {}).get("settings")
+    refused = refused_changes(saved, settings, allowed) if isinstance(saved, dict) else {}
     how = (
-        f"it differs: {describe(refused_changes(saved, settings, allowed))}"
-        if isinstance(saved, dict)
+        f"it differs: {describe(refused)}"
+        if refused
         else "its run's metrics.json records no settings"
     )
     raise UserError(
         f"ckpt_path=latest found no checkpoint of this run's settings under {runs_dir}/ (the "
-        f"newest is {newest}; {how}): to start a new run from its weights pass "
-        f"init_from={newest}, or pass ckpt_path=<file> of a run with these settings"
+        f"newest is {newest}; {how}): "
+        + (
+            other_shape(refused)
+            or f"to start a new run from its weights pass init_from={newest}, or pass "
+            "ckpt_path=<file> of a run with these settings"
+        )
+    )
+
+
+def other_shape(changed: dict[str, tuple]) -> str | None:
+    """The ways forward from a checkpoint of another network shape than the one configured:
+    its weights load into no other (``init_from`` and ``resume_changes`` are refused too)."""
+    shape = [k for k in changed if k.startswith("model.net.") and k[10:] in NETWORK_SHAPE]
+    if not shape:
+        return None
+    was = f"{shape[0]}={as_text(changed[shape[0]][0])}"
+    return (
+        f"a network of another shape cannot load its weights: pass {was} to resume it, or no "
+        "ckpt_path to train this network from scratch"
     )
 
 
@@ -240,6 +258,10 @@ def check_same_run(
     check_kept(path, differences(saved, current))
     check_allowed_keys(allowed, saved, current)
     refused = refused_changes(saved, current, allowed)
+    if shaped := other_shape(refused):
+        raise UserError(
+            f"ckpt_path={path} was trained with other settings ({describe(refused)}): {shaped}"
+        )
     if refused:
         keys = ",".join([*allowed, *refused])  # those it allows already, kept
         raise UserError(
