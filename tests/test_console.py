@@ -186,6 +186,29 @@ def test_a_console_gone_with_a_signal_leaves_the_run_interrupted(signum, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.subprocess
+def test_a_stopped_run_with_its_own_checkpoint_folder_goes_on_as_its_line_says(tmp_path):
+    """``callbacks.checkpoint.dirpath=ck``: the line said "resume with ckpt_path=ck/last.ckpt",
+    and that added to the command was refused (ck holds another run's checkpoints)."""
+    slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]
+    overrides = [*RUN, "data.num_train=1024", *slow, "+callbacks.slow.seconds=0.2"]
+    overrides.append(f"callbacks.checkpoint.dirpath={tmp_path / 'ck'}")
+    proc = start_script("train.py", *overrides, cwd=tmp_path, env=PROBES_ENV)
+    checkpoint = tmp_path / "ck" / "last.ckpt"
+    wait_for(proc, checkpoint.exists)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr[-3000:]
+    advice = f"resume with ckpt_path={checkpoint} and another callbacks.checkpoint.dirpath"
+    assert stderr.strip().splitlines()[-1] == f"error: interrupted by SIGTERM; {advice}"
+    again = [o for o in overrides if not o.startswith(("+callbacks.slow", "hydra.run.dir"))]
+    again += [f"ckpt_path={checkpoint}", f"callbacks.checkpoint.dirpath={tmp_path / 'ck2'}"]
+    resumed = run_script("train.py", *again, cwd=tmp_path, env=PROBES_ENV)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert (tmp_path / "ck2" / "last.ckpt").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_sigusr1_outside_slurm_ends_the_run_interrupted_with_its_checkpoint(tmp_path):
     """``kill -USR1 <pid>``: the run had ended at once, unrecorded (the signal's default)."""
     slow = ["+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"]

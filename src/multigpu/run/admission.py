@@ -124,6 +124,12 @@ class Admission:
         """The folder its checkpoints go to (a run that starts: a finished one owns none)."""
         return checkpoint_folder(self.folders)
 
+    @property
+    def checkpoints_apart(self) -> bool:
+        """Whether its checkpoints go outside its run folder (``callbacks.checkpoint.dirpath``),
+        a folder that a new run resuming them must not share."""
+        return bool(self.folders) and not is_within(self.checkpoints, self.folders[RUN_FOLDER])
+
 
 def admit(
     cfg: DictConfig,

@@ -245,7 +245,9 @@ def set_up(
     strategy = build_strategy(cfg.strategy, run)
     if isinstance(strategy, BoundedDDPStrategy):  # if rank 0 gets stuck after a peer failed
         strategy.record_failure = record.finish  # a bound method: spawn pickles the strategy
-        strategy.resume_hint = resume_hint(checkpoints, admission.ckpt_path, cfg.paths.runs_dir)
+        strategy.resume_hint = resume_hint(
+            checkpoints, admission.ckpt_path, cfg.paths.runs_dir, admission.checkpoints_apart
+        )
     datamodule = build_datamodule(cfg.data, run)
     module = build_module(cfg.model, run)
     checkpoint_io = AtomicCheckpointIO()
@@ -313,7 +315,8 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             return
         raise Interrupted(f"interrupted by {signum.name}", exit_code=128 + signum) from None
     except WriteFailed as err:
-        add_note(err, resume_hint(checkpoints, ckpt_path, cfg.paths.runs_dir))
+        apart = admission.checkpoints_apart
+        add_note(err, resume_hint(checkpoints, ckpt_path, cfg.paths.runs_dir, apart))
         raise
     except RuntimeError as err:  # a collective's, when the process that failed was another
         stopped = signal_of_loader_workers(err)

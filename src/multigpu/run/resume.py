@@ -103,15 +103,21 @@ def as_typed(checkpoint: Path) -> str:
 
 
 def resume_hint(
-    checkpoints: Path, resumed: Path | None = None, runs_dir: str | Path | None = None
+    checkpoints: Path,
+    resumed: Path | None = None,
+    runs_dir: str | Path | None = None,
+    apart: bool = False,
 ) -> str:
     """How to go on from the run's checkpoint folder, or (none there yet) from the checkpoint
     the run ``resumed`` from another folder; ``ckpt_path=latest`` too where it looks
-    (``runs_dir``: a run folder elsewhere, from ``hydra.run.dir``, is not found there)."""
+    (``runs_dir``: a run folder elsewhere, from ``hydra.run.dir``, is not found there). A
+    folder ``apart`` from the run's (``callbacks.checkpoint.dirpath``) stays this run's: the
+    resume writes its checkpoints in another."""
     last = checkpoints / LAST
     if last.is_file():
         latest = runs_dir is not None and is_within(checkpoints, runs_dir)
-        return f"resume with {as_typed(last)}" + (" (or ckpt_path=latest)" if latest else "")
+        hint = f"resume with {as_typed(last)}" + (" (or ckpt_path=latest)" if latest else "")
+        return hint + (" and another callbacks.checkpoint.dirpath" if apart else "")
     if resumed is not None:
         return f"no epoch had finished since the resume: resume with {as_typed(resumed)} again"
     return "no checkpoint was written yet, so there is none to resume"
@@ -123,6 +129,7 @@ def with_resume_hint(
     resumed: Path | None,
     runs_dir: str | Path,
     sweep: str | None = None,
+    apart: bool = False,
 ) -> BaseException:
     """How a run that claimed its record ends: ``error`` itself, or for a stop (at any point:
     importing torch, set-up, the rendezvous, training) an ``Interrupted`` saying how to go on:
@@ -130,7 +137,7 @@ def with_resume_hint(
     stopped = outcome_of(error)
     if stopped.status != "interrupted":
         return error
-    hint = sweep or resume_hint(checkpoints, resumed, runs_dir)
+    hint = sweep or resume_hint(checkpoints, resumed, runs_dir, apart)
     return Interrupted(f"{stopped.reason}; {hint}", stopped.exit_code)
 
 

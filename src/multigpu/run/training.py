@@ -287,7 +287,12 @@ def admitted_run(
                 stopped = by_first_signal(error, ending.first if ending else None)
                 runs_dir = cfg.paths.runs_dir
                 ended = with_resume_hint(
-                    stopped, checkpoints, admission.ckpt_path, runs_dir, sweep_going_on(cfg)
+                    stopped,
+                    checkpoints,
+                    admission.ckpt_path,
+                    runs_dir,
+                    sweep_going_on(cfg),
+                    admission.checkpoints_apart,
                 )
                 finish(record, ended)
             if ended is error:
