@@ -1243,3 +1243,33 @@ def test_a_resume_to_another_network_shape_is_told_the_ways_that_load_its_weight
         latest_of(tmp_path / "runs", current, [])
     assert str(refused.value).endswith(ways) and "init_from" not in str(refused.value)
     assert latest_of(tmp_path / "runs", saved, []) == last  # the way it names resumes
+
+
+@pytest.mark.parametrize(
+    ("key", "named"),
+    [
+        ("callbacks.checkpoint.dirpath", "callbacks.checkpoint.dirpath"),
+        ("logger.save_dir", "logger.save_dir (with logger.name, version and sub_dir)"),
+        ("data.root", "data.root"),
+    ],
+)
+@pytest.mark.parametrize(("length", "depth"), [(256, 0), (600, 2)])
+def test_a_name_too_long_for_a_place_is_refused_naming_its_setting(
+    key, named, length, depth, tmp_path_factory
+):
+    """A name over 255 bytes failed the first look at the folder (``is_dir``) with an OSError
+    that named no setting: "the config could not be checked"."""
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    folder = tmp_path_factory.mktemp("run")
+    place = folder.parent / Path(*["x"] * depth) / ("a" * length)
+    data = TINY if key == "data.root" else SYNTHETIC  # Fashion-MNIST's files have a root
+    cfg = compose_config([*data, f"{key}={place}"], folder)
+    with pytest.raises(UserError) as refused:
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), folder)
+    said = str(refused.value)
+    assert "is longer than the 255 bytes a name can have" in said
+    assert said.endswith(f": pass a writable {named}")
+    assert list(folder.iterdir()) == []

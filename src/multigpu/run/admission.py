@@ -55,7 +55,7 @@ from multigpu.run.resume import (
     plan_init,
     plan_resume,
 )
-from multigpu.storage.atomic import check_creatable
+from multigpu.storage.atomic import check_creatable, check_names_fit
 from multigpu.storage.ckpt_path import LAST, PREVIOUS
 from multigpu.storage.ownership import check_free, holder, is_free
 from multigpu.storage.paths import canonical, folders_below, is_within
@@ -158,6 +158,7 @@ def admit(
     folders, sweep = written_folders(cfg, output_dir), sweep_folder(cfg)
     marks = folder_marks(folders)  # before anything is read of them
     if rank_zero:  # the other ranks of a run write nothing in its folders
+        check_names({**places_named(cfg, folders), **folders}, cfg.paths.get("runs_dir"))
         check_free(folders)
         check_apart_from_other_runs(folders, sweep)
         places = written_places(cfg, folders)
@@ -729,8 +730,25 @@ def check_writable_folders(folders: dict[str, Path], runs_dir: str | None = None
         try:
             check_creatable(folder)
         except WriteFailed as err:
-            named = run_folder_setting(folder, runs_dir) if key == RUN_FOLDER else key
-            raise UserError(f"{err}: pass a writable {named}") from None
+            raise UserError(f"{err}: pass a writable {setting_of(key, folder, runs_dir)}") from None
+
+
+def check_names(places: dict[str, Path], runs_dir: str | None) -> None:
+    """Every folder and place the run writes in has names its file system can hold, before
+    any is looked at: a name too long fails every look (``is_dir`` included) with an OSError
+    that named no setting."""
+    for key, place in places.items():
+        try:
+            check_names_fit(Path(place.parent if key == LOG_FILE else place).absolute())
+        except WriteFailed as err:
+            raise UserError(f"{err}: pass a writable {setting_of(key, place, runs_dir)}") from None
+
+
+def setting_of(key: str, place: Path, runs_dir: str | None) -> str:
+    """The settings that name a place, as a refusal names them."""
+    if key == RUN_FOLDER:
+        return run_folder_setting(place, runs_dir)
+    return PLACE_SETTINGS.get(key, key)
 
 
 def run_folder_setting(folder: str | Path, runs_dir: str | None) -> str:
@@ -756,7 +774,7 @@ def check_places_usable(places: dict[str, Path], folders: dict[str, Path]) -> No
         try:
             check_creatable(place.parent if key == LOG_FILE else place)
         except WriteFailed as err:
-            raise UserError(f"{err}: pass a writable {PLACE_SETTINGS.get(key, key)}") from None
+            raise UserError(f"{err}: pass a writable {setting_of(key, place, None)}") from None
     log, run_folder = places.get(LOG_FILE), folders[RUN_FOLDER]
     if log is None:
         return
