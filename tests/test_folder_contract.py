@@ -561,7 +561,6 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
 # A place as its writer reads it, and one its writer cannot use: {case: (overrides with {other}
 # (another run's folder), {run} and {afile} (a file), what the one line says)}.
 PLACE_CASES = {
-    "logger_variable": (["logger.save_dir=$OTHER"], "(logger.save_dir) is another run's folder"),
     "logger_sub_dir": (
         ["+logger.sub_dir=../other"],
         "logger.sub_dir=../other must be a folder below logger.save_dir (no .., not from /)",
@@ -609,7 +608,7 @@ PLACE_CASES = {
 
 @pytest.mark.parametrize("case", sorted(PLACE_CASES))
 def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_path, monkeypatch):
-    """Lightning's logger expands ``$VARS`` and joins ``sub_dir``; Python's logging follows a
+    """Lightning's logger joins ``sub_dir``; Python's logging follows a
     link, expands no ``~`` and makes no folder: each had written into another run's folder, or
     failed with a traceback after the run's folder was made. One line now, nothing written."""
     overrides, said = PLACE_CASES[case]
@@ -624,7 +623,6 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     (tmp_path / "csv").mkdir()
     (tmp_path / "csv" / "metrics.csv").write_text("")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("OTHER", str(other))
     given = [o.format(other=other, run=run, afile=afile, cwd=tmp_path) for o in overrides]
     cfg = composed([*SYNTHETIC, *given], run)
     before = snapshot(tmp_path)
@@ -633,6 +631,20 @@ def test_a_place_is_read_as_its_writer_reads_it_and_must_be_usable(case, tmp_pat
     line = str(refused.value)
     assert said.format(cwd=tmp_path) in line and "\n" not in line, line
     assert snapshot(tmp_path) == before
+
+
+def test_a_logger_folder_named_with_a_variable_is_the_folder_so_named(tmp_path, monkeypatch):
+    """``logger.save_dir=$OTHER`` (quoted from the shell): the logger had expanded it into
+    another run's folder, which admission refused; the folder named ``$OTHER`` is written
+    now, as the logger writes it (``tests/test_tensorboard.py``)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTHER", str(other))
+    run = tmp_path / "run"
+    admitted(composed([*SYNTHETIC, "logger.save_dir=$OTHER"], run), run)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other"]  # admission writes nothing
 
 
 @pytest.mark.parametrize(

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import typing
 from collections.abc import Callable
 from pathlib import Path
 
 from multigpu.config.errors import WriteFailed, closest, did_you_mean
 from multigpu.storage.atomic import check_creatable
+from multigpu.storage.paths import canonical
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -119,3 +121,17 @@ def writable(folder: Path) -> None:
         check_creatable(folder)
     except WriteFailed as err:
         raise argparse.ArgumentTypeError(str(err)) from None
+
+
+MARKED_BY = {"metrics.json": "run", "multirun.yaml": "sweep"}  # a run's record, a sweep's config
+
+
+def run_folder_around(folder: Path) -> str | None:
+    """The run's or sweep's folder that ``folder`` is or lies in, said as a refusal says it
+    (a tool writing runs there would write among its files); None if there is none."""
+    folder = canonical(folder)
+    for place in (folder, *folder.parents):
+        for name, owner in MARKED_BY.items():
+            if os.path.lexists(place / name):
+                return f"{place} is another {owner}'s folder (it holds that {owner}'s {name})"
+    return None

@@ -24,9 +24,7 @@ from typing import Any
 
 from multigpu.config import settings
 from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, MIN_CPU_NHWC_WIDTH
-from multigpu.run.admission import ABOVE, other_run
 from multigpu.storage.atomic import write_atomically, write_json
-from multigpu.storage.paths import canonical
 from multigpu.storage.record_file import BadRecord, read_record
 from multigpu.tools.arguments import (
     DefaultsHelp,
@@ -34,6 +32,7 @@ from multigpu.tools.arguments import (
     existing_folder,
     number,
     output_folder,
+    run_folder_around,
 )
 from multigpu.tools.bench.bench_file import built
 from multigpu.tools.bench.report import RATIOS, compute_ratios, mfu, to_markdown
@@ -329,13 +328,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--only {' '.join(unknown)}: no such configuration here; use any of {', '.join(known)}"
         )
-    out = canonical(args.out)
-    held = next(filter(None, (other_run(f, ABOVE, False) for f in (out, *out.parents))), None)
+    held = run_folder_around(args.out)
     if held is not None:  # its runs would be refused there, after the bench had begun
         parser.error(
-            f"--out {args.out}: {held.folder} is {held.described()} ({held.shown_by}), and "
-            "the bench's runs would go among its files; pass a folder of its own, e.g. "
-            "--out outputs/bench"
+            f"--out {args.out}: {held}, and the bench's runs would go among its files; pass a "
+            "folder of its own, e.g. --out outputs/bench"
         )
     nhwc = "lightning_memory_nhwc"
     if nhwc in (args.only or known) and not has_cuda() and args.width < MIN_CPU_NHWC_WIDTH:
