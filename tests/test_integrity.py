@@ -980,8 +980,30 @@ def test_a_completed_run_is_finished_where_its_limit_stopped_it(tmp_path, ran_wi
     if ran_with == 3:
         assert admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path).finished
     else:
-        with pytest.raises(OccupiedFolder, match="not trained further in place"):
+        with pytest.raises(OccupiedFolder, match="not trained further in place") as refused:
             admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path)
+        assert str(refused.value).endswith("another hydra.sweep.dir)")
+
+
+def test_a_completed_run_with_its_own_checkpoint_folder_is_told_to_change_that_too(tmp_path):
+    """Its checkpoints in ``callbacks.checkpoint.dirpath``: the advice to train on in a new
+    folder, followed with that dirpath, was refused (it holds the run's checkpoints)."""
+    from multigpu.run.admission import folder_state
+
+    record = RunRecord(tmp_path / "metrics.json", {}, settings={"seed": 1})
+    record.claim([])
+    record.add_epoch({"epoch": 1, "test_acc": 0.5, "train_loss": 1.0})
+    record.finish(COMPLETED)
+    for checkpoints, ending in (
+        (tmp_path / "checkpoints", "hydra.sweep.dir)"),
+        (
+            tmp_path.parent / "ck",
+            "hydra.sweep.dir) and callbacks.checkpoint.dirpath",
+        ),
+    ):
+        with pytest.raises(OccupiedFolder, match="not trained further in place") as refused:
+            folder_state(tmp_path, checkpoints, {"seed": 1}, 3, True)
+        assert str(refused.value).endswith(ending)
 
 
 # A change resume_changes allows is the change trained with --------------------------------------
@@ -1226,11 +1248,11 @@ def test_a_resume_to_another_network_shape_is_told_the_ways_that_load_its_weight
     resume_changes loads weights of another shape."""
     from multigpu.storage.atomic import write_json
 
-    saved = {f"model.net.{key}": 8, "seed": 1}
-    current = {f"model.net.{key}": 16, "seed": 1}
+    saved = {f"model.net.{key}": 8, "seed": 1, "model.net.norm": "batch"}
+    current = {f"model.net.{key}": 16, "seed": 1, "model.net.norm": "group"}
     ways = (
-        f"a network of another shape cannot load its weights: pass model.net.{key}=8 to resume "
-        "it, or no ckpt_path to train this network from scratch"
+        f"a network of another shape cannot load its weights: pass model.net.norm=batch "
+        f"model.net.{key}=8 to resume it, or no ckpt_path to train this network from scratch"
     )
     with pytest.raises(UserError) as refused:
         check_same_run(Path("x.ckpt"), saved, current, [])

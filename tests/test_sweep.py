@@ -302,9 +302,10 @@ def test_a_slurm_sweep_is_checked_on_the_node_it_asks_for(accelerator):
             "hydra.launcher.tasks_per_node=1, but strategy=ddp with trainer.devices=2 runs 2 ",
         ),
         (
-            ["trainer.devices=2", "hydra.launcher.timeout_min=1"],
-            "hydra.launcher.signal_delay_s=90: Slurm warns a job that long before its time "
-            "limit, hydra.launcher.timeout_min=1 (60 s), so it would be requeued as it starts",
+            ["trainer.devices=2", "hydra.launcher.timeout_min=2"],
+            "hydra.launcher.signal_delay_s=90: Slurm warns a job that long (and up to 60 s "
+            "more) before its time limit, hydra.launcher.timeout_min=2 (120 s), so it would be "
+            "requeued as it starts",
         ),
     ],
 )

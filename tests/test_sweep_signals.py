@@ -323,3 +323,29 @@ def test_the_stop_line_names_a_setting_that_reads_back_as_the_sweeps_folder(fold
     (override,) = OverridesParser.create().parse_overrides(words)
     assert override.key_or_group == "hydra.sweep.dir"
     assert str(override.value()) == folder
+
+
+def test_a_stop_during_a_held_block_comes_after_it_and_its_programs_do_not_get_it():
+    """sbatch runs in the terminal's process group: a Ctrl-C there killed it, and the jobs it
+    had submitted went unknown. Within ``signals_held`` a stop waits, for the programs it
+    starts too, and is answered after the block."""
+    import os
+    import signal
+    import subprocess
+
+    from multigpu.callbacks.interrupts import signals_held
+
+    came: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: came.append(signum))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            status = subprocess.run(
+                ["grep", "SigBlk", "/proc/self/status"], capture_output=True, text=True
+            ).stdout
+            assert came == []
+        blocked = int(status.split()[-1], 16)
+        assert blocked & (1 << (signal.SIGTERM - 1)) and blocked & (1 << (signal.SIGINT - 1))
+        assert came == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, before)

@@ -72,6 +72,8 @@ class SubmititJobs(SubmititSlurmLauncher):
     """The launcher itself: Hydra's submitit SLURM launcher, with the jobs grouped by their
     resources, a refusal in one line, and jobs that will never start cancelled."""
 
+    launched = False  # whether a launch of this sweep (a batch of an Optuna study) went out
+
     def launch(self, job_overrides, initial_job_idx: int) -> list[JobReturn]:
         assert self.config is not None and self.hydra_context is not None
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
@@ -89,12 +91,14 @@ class SubmititJobs(SubmititSlurmLauncher):
                 try:
                     with signals_held():  # sbatch answers first: the jobs it took are known
                         submitted.update(self.submit(json.loads(params), jobs))
-                except Refused as refused:  # nothing of the sweep is left to run, or written
-                    cancel([job.job_id for job in submitted.values()])
+                except Refused as refused:  # what this launch submitted or wrote goes
+                    gone([job.job_id for job in submitted.values()])
                     remove_new(sweep_dir, there)
-                    discard(sweep_dir)
+                    if not self.launched:  # an earlier launch's jobs (Optuna's batches) stay
+                        discard(sweep_dir)
                     print(f"error: {refused}", file=sys.stderr, flush=True)
                     sys.exit(2)
+            self.launched = True
             self.wait(submitted)
         overrides = dict(enumerate(job_overrides, start=initial_job_idx))
         return [
@@ -211,6 +215,14 @@ def cancel(job_ids: list[str]) -> int:
             ["scancel", *(job_id for job_id, _ in left)], check=False, capture_output=True
         )
     return len(left)
+
+
+def gone(job_ids: list[str], patience_s: float = 60) -> None:
+    """Cancel these jobs and wait until Slurm has ended them (a job that had started could
+    still write in the sweep's folder), ``patience_s`` at most."""
+    deadline = time.monotonic() + patience_s
+    while cancel(job_ids) and time.monotonic() < deadline:
+        time.sleep(1)
 
 
 def remove_new(folder: Path, there: set[Path]) -> None:

@@ -129,8 +129,10 @@ def ignore_stop_signals(signums: tuple[Signal, ...] | None = None) -> None:
 @contextmanager
 def signals_held() -> Iterator[None]:
     """A short block that must finish (Optuna told a trial's result: else the trial stays
-    RUNNING in its database; a run taking its folders): a stop signal waits for its end, then
-    acts as it would have, or as the handler the block set for it says."""
+    RUNNING in its database; a run taking its folders; ``sbatch`` submitting a sweep's jobs): a
+    stop signal waits for its end, then acts as it would have, or as the handler the block set
+    for it says. The programs the block runs have the signals blocked (a terminal's Ctrl-C
+    reaches its whole process group: ``sbatch`` killed by it had taken jobs no one knew of)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -141,9 +143,11 @@ def signals_held() -> Iterator[None]:
 
     signums = (signal.SIGINT, *stop_signals(os.environ))
     previous = {s: signal.signal(s, hold) for s in signums}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, signums)  # inherited by what it starts
     try:
         yield
     finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one pending now comes to ``hold``
         for signum, handler in previous.items():
             if signal.getsignal(signum) is hold:  # not one the block set
                 signal.signal(signum, handler)

@@ -336,11 +336,12 @@ def slurm_node(
             "hydra.launcher.tasks_per_node (it follows the strategy and the devices)"
         )
     warned, limit = launcher.get("signal_delay_s") or 0, launcher.get("timeout_min") or 0
-    if limit and warned >= 60 * limit:
+    if limit and warned + 60 >= 60 * limit:  # Slurm may warn up to a minute early
         raise UserError(
-            f"hydra.launcher.signal_delay_s={warned}: Slurm warns a job that long before its "
-            f"time limit, hydra.launcher.timeout_min={limit} ({60 * limit} s), so it would be "
-            "requeued as it starts: raise timeout_min, or lower signal_delay_s"
+            f"hydra.launcher.signal_delay_s={warned}: Slurm warns a job that long (and up to "
+            f"60 s more) before its time limit, hydra.launcher.timeout_min={limit} "
+            f"({60 * limit} s), so it would be requeued as it starts: raise timeout_min, or "
+            "lower signal_delay_s"
         )
     cores = (launcher.get("cpus_per_task") or 1) * tasks
     return replace(here, cuda_devices=gpus, cpu_cores=cores)

@@ -82,9 +82,9 @@ LOGGERS_FILES = ("events.out.tfevents.", "metrics.csv", "hparams.yaml")  # Tenso
 RUNS_FILES = ("events.out.tfevents.", "phases.json", "hparams.yaml")  # a run's, beside its record
 RUN_FOLDER = "hydra.run.dir"  # the settings that name the folders a run writes in
 LOG_FILE = "hydra.job_logging.handlers.file.filename"  # a file: the other places are folders
-# How the program writing in a place reads the path it is given: the loggers, the Trainer and
-# torchvision expand ~ (the TensorBoard logger no $NAME: see its log_dir), Hydra and Python's
-# logging neither.
+# How the program writing in a place reads the path it is given: the loggers (but CSV's), the
+# Trainer and torchvision expand ~ (the TensorBoard logger no $NAME: see its log_dir), Hydra
+# and Python's logging neither.
 EXPANDS = {
     "logger.save_dir": os.path.expanduser,
     "trainer.default_root_dir": os.path.expanduser,
@@ -896,6 +896,7 @@ def folder_state(
                 f"{as_typed(last) if last.is_file() else checkpoint_elsewhere()} "
                 f"trainer.max_epochs={max_epochs}, and another hydra.run.dir or none (in a "
                 "sweep, another hydra.sweep.dir)"
+                + ("" if is_within(checkpoints, output_dir) else f" and {CHECKPOINT_FOLDER}")
             )
         return Folder(finished=previous)
     history = previous.get("history")
@@ -918,7 +919,8 @@ def never_started(record: dict[str, Any]) -> bool:
     return (
         record.get("settings") is None
         and not record.get("epochs")
-        and (record.get("status") not in (RUNNING, *FINISHED))
+        and not record.get("history")
+        and record.get("status") not in (RUNNING, *FINISHED)
     )
 
 

@@ -233,7 +233,7 @@ def other_shape(changed: dict[str, tuple]) -> str | None:
     shape = [k for k in changed if k.startswith("model.net.") and k[10:] in NETWORK_SHAPE]
     if not shape:
         return None
-    was = f"{shape[0]}={as_text(changed[shape[0]][0])}"
+    was = " ".join(f"{key}={as_text(changed[key][0])}" for key in shape)
     return (
         f"a network of another shape cannot load its weights: pass {was} to resume it, or no "
         "ckpt_path to train this network from scratch"
