@@ -809,6 +809,7 @@ def test_sigterm_while_the_data_is_unpacked_is_recorded_and_leaves_no_partial_fi
     said = run.stderr.read()
     assert run.wait(timeout=60) == 143, said[-2000:]
     reason = "interrupted by SIGTERM; no checkpoint was written yet, so there is none to resume"
+    reason += ": run the command again"
     assert said.strip().splitlines()[-1] == f"error: {reason}"
     record = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert record["status"] == "interrupted" and record["reason"] == reason

@@ -120,7 +120,7 @@ def resume_hint(
         return hint + (" and another callbacks.checkpoint.dirpath" if apart else "")
     if resumed is not None:
         return f"no epoch had finished since the resume: resume with {as_typed(resumed)} again"
-    return "no checkpoint was written yet, so there is none to resume"
+    return "no checkpoint was written yet, so there is none to resume: run the command again"
 
 
 def with_resume_hint(
