@@ -991,7 +991,7 @@ def test_a_completed_run_with_its_own_checkpoint_folder_is_told_to_change_that_t
     folder, followed with that dirpath, was refused (it holds the run's checkpoints)."""
     from multigpu.run.admission import folder_state
 
-    record = RunRecord(tmp_path / "metrics.json", {}, settings={"seed": 1})
+    record = RunRecord(tmp_path / "metrics.json", RUN, settings={"seed": 1})
     record.claim([])
     record.add_epoch({"epoch": 1, "test_acc": 0.5, "train_loss": 1.0})
     record.finish(COMPLETED)
