@@ -268,7 +268,8 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(
     """Two arrays (the launcher's memory follows the seed): the first goes out, sbatch refuses
     the second (no node has 100 GB). Its reason is the one line (sbatch's own lines had come
     first), the first array is cancelled, and what the sweep wrote is gone: the folder it made,
-    or, in a folder that was there, submitit's files."""
+    or, in a folder that was there, submitit's files and the sweep's config (which would mark
+    it as this sweep's)."""
     sweep = tmp_path / "sweep"
     if folder_was_there:
         sweep.mkdir()
@@ -291,7 +292,7 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(
     queued = subprocess.run(["squeue", "-h", f"--name={JOB_NAME}"], capture_output=True)
     assert queued.stdout == b""
     kept = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
-    assert kept == (["sweep", "sweep/multirun.yaml", "sweep/notes.txt"] if folder_was_there else [])
+    assert kept == (["sweep", "sweep/notes.txt"] if folder_was_there else [])
 
 
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run

@@ -42,6 +42,7 @@ from multigpu.run.objective import job_ending
 from multigpu.storage.outcome import Outcome
 from multigpu.storage.ownership import discard
 from multigpu.storage.record import record_ending
+from multigpu.storage.record_file import records_below
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,8 @@ class SubmititJobs(SubmititSlurmLauncher):
                     remove_new(sweep_dir, there)
                     if not self.launched:  # an earlier launch's jobs (Optuna's batches) stay
                         discard(sweep_dir)
+                        if not records_below(sweep_dir):  # a folder given: not a sweep's yet
+                            (sweep_dir / "multirun.yaml").unlink(missing_ok=True)
                     print(f"error: {refused}", file=sys.stderr, flush=True)
                     sys.exit(2)
             self.launched = True
