@@ -185,6 +185,18 @@ def test_a_requeued_job_continues_from_its_checkpoint(slurm, tmp_path, data_root
     assert "Restarts=1" in shown.stdout
 
 
+def slurm_sweep(cwd: Path, *overrides: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python train.py -m hydra/launcher=slurm <overrides>`` in ``cwd``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm", *overrides],
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def read_summary(sweep: Path) -> list[dict[str, str]]:
     with open(sweep / "summary.csv") as f:
         return list(csv.DictReader(f))
@@ -193,14 +205,10 @@ def read_summary(sweep: Path) -> list[dict[str, str]]:
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 def test_a_slurm_sweep_gives_each_job_its_processes(slurm, tmp_path, data_root):
     """The launcher config as shipped, plus the partition: one task, then two."""
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-        + ["hydra.launcher.partition=cpu", *DDP, "trainer.max_epochs=1", "trainer.devices=1,2"]
-        + [f"data.root={data_root}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
+    result = slurm_sweep(
+        tmp_path,
+        *("hydra.launcher.partition=cpu", *DDP, "trainer.max_epochs=1", "trainer.devices=1,2"),
+        *(f"data.root={data_root}", f"hydra.sweep.dir={tmp_path / 'sweep'}"),
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -274,15 +282,11 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(
     if folder_was_there:
         sweep.mkdir()
         (sweep / "notes.txt").write_text("kept")
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-        + ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
-        + ["hydra.launcher.mem_gb=${seed}", "seed=1,100", *TINY, "data=synthetic"]
-        + [f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
+    result = slurm_sweep(
+        tmp_path,
+        *("hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"),
+        *("hydra.launcher.mem_gb=${seed}", "seed=1,100", *TINY, "data=synthetic"),
+        f"hydra.sweep.dir={sweep}",
         timeout=120,
     )
     assert result.returncode == 2, result.stderr[-3000:]
@@ -299,15 +303,11 @@ def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(
 def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     """Partition "short" allows 1 minute; the job asks for 120: it would wait forever."""
     started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-        + ["hydra.launcher.partition=short", "hydra.launcher.unschedulable_after_s=3"]
-        + [*TINY, "data=synthetic", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
+    sweep = f"hydra.sweep.dir={tmp_path / 'sweep'}"
+    result = slurm_sweep(
+        tmp_path,
+        *("hydra.launcher.partition=short", "hydra.launcher.unschedulable_after_s=3"),
+        *(*TINY, "data=synthetic", sweep),
     )
     assert result.returncode == 1 and time.monotonic() - started < 120
     assert "cannot start (PartitionTimeLimit): cancelled" in result.stderr
@@ -315,16 +315,7 @@ def test_a_job_slurm_will_never_start_is_reported(slurm, tmp_path):
     assert row["status"] == "failed" and "PartitionTimeLimit" in row["reason"]
     # Its command on a partition that takes it goes on with the sweep (its folder had been
     # refused as holding "a record of an older version").
-    again = subprocess.run(
-        [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-        + ["hydra.launcher.partition=cpu", *TINY, "data=synthetic"]
-        + [f"hydra.sweep.dir={tmp_path / 'sweep'}"],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    again = slurm_sweep(tmp_path, "hydra.launcher.partition=cpu", *TINY, "data=synthetic", sweep)
     assert again.returncode == 0, again.stderr[-3000:]
     (row,) = read_summary(tmp_path / "sweep")
     assert row["status"] == "completed"
