@@ -277,6 +277,20 @@ class DieOnFirstAttempt(Callback):
             os._exit(1)
 
 
+class FailOnce(Callback):
+    """The run fails as training starts unless ``flag`` exists, which it then creates: a
+    failure that running the command again does not meet (a node lost, a full disk)."""
+
+    def __init__(self, flag: str):
+        self.flag = flag
+
+    @override
+    def on_train_start(self, trainer, pl_module) -> None:
+        if not os.path.exists(self.flag):
+            open(self.flag, "w").close()
+            raise RuntimeError(f"fails on purpose once, before {self.flag} exists")
+
+
 class RankBatch(Callback):
     """Each process writes ``rank<global rank>.json`` into ``folder``: its rank, the world size
     and the size of its first training batch."""

@@ -268,6 +268,49 @@ def test_a_stopped_slurm_sweep_stops_its_jobs_and_its_command_continues_them(slu
     ]
 
 
+@pytest.mark.slow
+def test_a_slurm_job_cancelled_alone_leaves_its_sweep_going_and_says_how_to_go_on(slurm, tmp_path):
+    """``scancel`` of one job: it records the stop with its checkpoint, saying that the sweep's
+    command goes on with it once the sweep has ended (it had said that the sweep stops); the
+    sweep's other job completes, its last line says the same, and following it completes the
+    cancelled job."""
+    sweep = tmp_path / "sweep"
+    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
+    command += ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
+    command += [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    command += ["data.batch_size=16", "trainer.max_epochs=3", "seed=1,2"]
+    command += ["+callbacks.slow._target_=probes.SlowAfterEpoch"]
+    command += ["+callbacks.slow.epoch=1", "+callbacks.slow.seconds=3"]
+    started = subprocess.Popen(
+        [*command, f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        env=environment(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while not (sweep / "seed_1" / "checkpoints" / "last.ckpt").is_file():
+        assert started.poll() is None and time.monotonic() < deadline
+        time.sleep(0.5)
+    listed = ["squeue", "-h", "-r", f"--name={JOB_NAME}", "--format=%i"]
+    (first,) = [j for j in subprocess.check_output(listed, text=True).split() if j.endswith("_0")]
+    subprocess.run(["scancel", first], check=True)
+    stderr = started.communicate(timeout=240)[1]
+    assert started.returncode == 1, stderr[-3000:]
+    goes_on = f"the sweep's command run again with hydra.sweep.dir={sweep}"
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: 1 of 2 jobs did not complete; {goes_on} runs the jobs left"
+    )
+    cancelled = json.loads((sweep / "seed_1" / "metrics.json").read_text())
+    assert cancelled["status"] == "interrupted", cancelled
+    assert cancelled["reason"].endswith(f"; {goes_on}, once it has ended, runs the jobs left")
+    assert [r["status"] for r in read_summary(sweep)] == ["interrupted", "completed"]
+
+    again = slurm_sweep(tmp_path, *command[4:], f"hydra.sweep.dir={sweep}")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
+
+
 @pytest.mark.slow  # the default suite keeps one sbatch/srun and one torchrun run
 @pytest.mark.parametrize("folder_was_there", [False, True], ids=["new_folder", "given_folder"])
 def test_a_submission_slurm_refuses_is_one_line_and_leaves_nothing(

@@ -541,6 +541,30 @@ def test_a_killed_sweep_run_again_redoes_only_what_did_not_finish(tmp_path):
     assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
 
 
+@pytest.mark.slow  # two sweeps of train.py
+def test_a_sweep_whose_job_failed_ends_saying_how_to_run_it_again(tmp_path):
+    """Its last line says the setting that runs the jobs left, and following it runs the failed
+    job alone (the completed one is skipped, its record untouched)."""
+    sweep = tmp_path / "sweep"
+    command = ["-m", *TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    command += ["+callbacks.fail._target_=probes.FailOnce"]
+    command += [f"+callbacks.fail.flag={os.devnull},{tmp_path / 'failed_once'}"]
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parent)}
+    first = run_script("train.py", *command, f"hydra.sweep.dir={sweep}", cwd=tmp_path, env=env)
+    assert first.returncode == 1, first.stderr[-3000:]
+    last = first.stderr.strip().splitlines()[-1]
+    goes_on = f"the sweep's command run again with hydra.sweep.dir={sweep} runs the jobs left"
+    assert last == f"error: 1 of 2 jobs did not complete; {goes_on}"
+    (done,) = [row["job"] for row in read_summary(sweep) if row["status"] == "completed"]
+    recorded = (sweep / done / "metrics.json").read_text()
+
+    advised = last.split(" with ")[1].removesuffix(" runs the jobs left")
+    again = run_script("train.py", *command, advised, cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [row["status"] for row in read_summary(sweep)] == ["completed", "completed"]
+    assert (sweep / done / "metrics.json").read_text() == recorded
+
+
 @pytest.mark.slow  # two sweeps of train.py; test_folder_contract.py checks the refusal in-process
 def test_a_sweep_run_again_with_other_settings_leaves_the_old_jobs_alone(tmp_path):
     base = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]

@@ -144,17 +144,24 @@ def with_resume_hint(
 SHELL_SAFE = re.compile(r"[\w./:=+-]+", re.ASCII)  # what a shell passes on as it is
 
 
-def going_on(sweep_dir: Any, search: bool) -> str:
+GOING_ON = {  # how a sweep goes on: when it stopped, when one Slurm job did, when it ended
+    "stopped": "the {sweep} stops; its command run again with {setting} {then}",
+    "alone": "the {sweep}'s command run again with {setting}, once it has ended, {then}",
+    "ended": "the {sweep}'s command run again with {setting} {then}",
+}
+
+
+def going_on(sweep_dir: Any, search: bool, when: str = "stopped") -> str:
     """How a stopped sweep goes on: its command over the same folder (without
     ``hydra.sweep.dir`` the command makes a new one, named by the time it starts), which skips
-    the jobs that finished and continues the others; a ``search`` (Optuna's) draws on."""
+    the jobs that finished and continues the others; a ``search`` (Optuna's) draws on. A Slurm
+    job stopped ``alone`` (cancelled by itself) leaves the sweep waiting on the others."""
     setting = f"hydra.sweep.dir={sweep_dir}"
     if not reads_back(setting, str(sweep_dir)):  # in Hydra's quotes, then the shell's
         doubled = re.sub(r'(\\+)(?="|$)', lambda run: run[1] * 2, str(sweep_dir))
         setting = shlex.quote('hydra.sweep.dir="' + doubled.replace('"', '\\"') + '"')
-    if search:
-        return f"the search stops; its command run again with {setting} goes on with it"
-    return f"the sweep stops; its command run again with {setting} runs the jobs left"
+    sweep, then = ("search", "goes on with it") if search else ("sweep", "runs the jobs left")
+    return GOING_ON[when].format(sweep=sweep, setting=setting, then=then)
 
 
 def reads_back(setting: str, value: str) -> bool:

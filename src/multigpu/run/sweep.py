@@ -22,7 +22,7 @@ from multigpu.callbacks.interrupts import defer_stop, deferred_stop, ignore_stop
 from multigpu.config.errors import Interrupted, OccupiedFolder, RunStopped, UserError, message
 from multigpu.config.job_names import share_swept_keys
 from multigpu.config.launch import Signal, stop_signals
-from multigpu.run.admission import SWEEP_RECORD, check_same_sweep
+from multigpu.run.admission import FINISHED, SWEEP_RECORD, check_same_sweep
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.objective import job_ending
 from multigpu.run.optuna_check import is_optuna
@@ -74,13 +74,18 @@ class SweepReport(Callback):
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         try:
-            report_sweep(Path(config.hydra.sweep.dir))
+            search = is_optuna(config)  # a search's trials left are drawn anew, not run again
+            report_sweep(
+                Path(config.hydra.sweep.dir),
+                None if search else going_on(config.hydra.sweep.dir, search=False, when="ended"),
+            )
         finally:
             stop_as_before_sweep()
 
 
-def report_sweep(sweep_dir: Path) -> None:
-    """Write and print the sweep's summary; exit 1 when a job did not complete."""
+def report_sweep(sweep_dir: Path, goes_on: str | None = None) -> None:
+    """Write and print the sweep's summary; exit 1 when a job did not complete, saying how
+    the sweep ``goes_on`` where such a job would not end the same way again."""
     from multigpu.tools.report import incomplete, to_text, write_report  # matplotlib: only now
 
     if not records_below(sweep_dir):
@@ -96,7 +101,9 @@ def report_sweep(sweep_dir: Path) -> None:
         print(tensorboard_line(sweep_dir), flush=True)
     failed = incomplete(rows)
     if failed:
-        print(f"error: {failed} of {len(rows)} jobs did not complete", file=sys.stderr)
+        again = any(row["status"] not in FINISHED for row in rows) and goes_on
+        said = f"error: {failed} of {len(rows)} jobs did not complete"
+        print(said + (f"; {again}" if again else ""), file=sys.stderr)
         sys.exit(1)
 
 

@@ -36,7 +36,7 @@ from multigpu.config.errors import (
     message,
 )
 from multigpu.config.launch import Signal, stop_signals
-from multigpu.config.settings import Machine, Run, resolve_run
+from multigpu.config.settings import CLUSTER_LAUNCHERS, Machine, Run, resolve_run
 from multigpu.run.admission import Admission, admit, check_unchanged, finished_notice
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.optuna_check import is_optuna
@@ -111,7 +111,8 @@ def sweep_going_on(cfg: DictConfig) -> str | None:
     if not hydra_runtime(cfg)[1]:
         return None
     hydra = cfg.hydra if "hydra" in cfg else HydraConfig.get()
-    return going_on(hydra.sweep.dir, is_optuna(hydra))
+    on_slurm = hydra.runtime.choices.get("hydra/launcher") in CLUSTER_LAUNCHERS
+    return going_on(hydra.sweep.dir, is_optuna(hydra), "alone" if on_slurm else "stopped")
 
 
 def record_unstarted(
