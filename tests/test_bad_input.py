@@ -584,6 +584,9 @@ def test_a_run_folder_through_a_link_that_leads_nowhere_is_refused_before_admiss
     assert sorted(p.name for p in tmp_path.iterdir()) == ["scratch"]
 
 
+REFERENCE = "holds '${', which Hydra reads in the run's settings as a reference to another setting"
+
+
 @given(
     before=st.text(st.characters(blacklist_characters="\0/"), max_size=8),
     after=st.text(st.characters(blacklist_characters="\0"), max_size=8),
@@ -603,20 +606,20 @@ def test_a_folder_named_with_a_reference_is_refused_naming_its_setting(before, a
     with pytest.raises(SystemExit) as stopped, contextlib.redirect_stderr(said):
         check_creatable_folder(folder, key, probe=False)
     assert stopped.value.code == 2
-    assert said.getvalue() == (
-        f"error: {key}={folder} holds '${{', which Hydra reads in the run's settings as a "
-        f"reference to another setting: pass a {key} without one\n"
-    )
+    shown = folder.replace("\r", "\\r").replace("\n", "\\n")  # a line break in it, as \n
+    assert said.getvalue() == f"error: {key}={shown} {REFERENCE}: pass a {key} without one\n"
 
 
-def test_a_sweep_folder_named_with_a_reference_is_refused_before_its_jobs(tmp_path):
-    result = run_script(
-        "train.py", "-m", *TINY, "seed=1,2", "hydra.sweep.dir=sw/\\${x}", cwd=tmp_path
-    )
-    assert result.returncode == 2 and stderr_lines(result) == [
-        "error: hydra.sweep.dir=sw/${x} holds '${', which Hydra reads in the run's settings as a "
-        "reference to another setting: pass a hydra.sweep.dir without one"
-    ]
+@pytest.mark.parametrize("key", ["hydra.sweep.dir", "hydra.sweep.subdir"])
+def test_a_sweep_folder_named_with_a_reference_is_refused_before_its_jobs(tmp_path, key):
+    """The job folders' name (``hydra.sweep.subdir``) too: the jobs were refused for "Interpolation
+    key 'x' not found", which named no setting."""
+    result = run_script("train.py", "-m", *TINY, "seed=1,2", f"{key}=sw/\\${{x}}", cwd=tmp_path)
+    said = f"{key}=sw/${{x}} {REFERENCE}: pass a {key} without one"
+    if key == "hydra.sweep.subdir":  # each job's folder
+        jobs = [f"job {n} (seed_{n + 1}): {said}" for n in (0, 1)]
+        said = "2 of 2 jobs cannot run, so none was started: " + " | ".join(jobs)
+    assert result.returncode == 2 and stderr_lines(result) == [f"error: {said}"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -77,12 +77,7 @@ def check_creatable_folder(folder: str, key: str, probe: bool = True, named: str
     run's admission probes its folders itself, once it has found them apart from other runs',
     whose folders it must not touch). ``named``: the settings that name it, if more than
     ``key``."""
-    if "${" in str(folder):  # an escaped \${: the job's settings that name it would resolve it
-        refuse(
-            f"{key}={folder!s} holds '${{', which Hydra reads in the run's settings as a "
-            f"reference to another setting: pass a {named or key} without one",
-            UserError.exit_code,
-        )
+    refused_in_one_line(lambda: check_no_reference(str(folder), key, named))
     empty = not str(folder).strip()
     if empty or canonical(folder) in canonical(Path.cwd()).parents:
         what = "empty" if empty else "a folder above the one this command runs in"
@@ -95,6 +90,16 @@ def check_creatable_folder(folder: str, key: str, probe: bool = True, named: str
         check_creatable(folder, probe)  # a link that leads nowhere: as spelt, not canonical
     except WriteFailed as err:
         refuse(f"{err}: pass a writable {named or key}", UserError.exit_code)
+
+
+def check_no_reference(folder: str, key: str, named: str = "") -> None:
+    """A folder's name holds no ``${`` (an escaped ``\\${``): the job's settings that name it
+    would resolve it."""
+    if "${" in folder:
+        raise UserError(
+            f"{key}={folder} holds '${{', which Hydra reads in the run's settings as a "
+            f"reference to another setting: pass a {named or key} without one"
+        )
 
 
 def sweep_jobs(config: DictConfig) -> list[list[str]] | None:
@@ -217,6 +222,7 @@ def job_folder_of(loaded: DictConfig, sweep_dir: Path, number: int) -> Path:
     numbered = with_output_dir(loaded, sweep_dir, number)
     with as_hydra_sets_it(numbered):
         subdir = str(numbered.hydra.sweep.subdir)
+    check_no_reference(subdir, "hydra.sweep.subdir")
     folder = canonical(sweep_dir / subdir)
     if sweep_dir not in folder.parents:
         raise UserError(
