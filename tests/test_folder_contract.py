@@ -563,7 +563,7 @@ def test_no_place_a_run_writes_is_in_another_runs_folder(tmp_path_factory, key, 
 PLACE_CASES = {
     "logger_sub_dir": (
         ["+logger.sub_dir=../other"],
-        "logger.sub_dir=../other must be a folder below logger.save_dir (no .., not from /)",
+        "logger.sub_dir=../other must be a folder below logger.save_dir (no .., not from / or ~)",
     ),
     "log_linked": (
         ["hydra.job_logging.handlers.file.filename=linked.log"],

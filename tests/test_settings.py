@@ -494,22 +494,26 @@ def test_logger_keys_are_what_each_logger_and_its_writer_take():
 
 @examples(300)
 @given(
-    st.lists(st.sampled_from(["a", "..", ".", "", "b c", "x..y"]), min_size=1, max_size=4),
+    st.lists(
+        st.sampled_from(["a", "..", ".", "", "b c", "x..y", "~", "a~"]), min_size=1, max_size=4
+    ),
     st.booleans(),
     st.sampled_from(["name", "version", "sub_dir"]),
 )
 def test_a_logger_folder_taken_lies_below_its_save_dir(parts, from_root, key):
     """``logger.name``, ``version`` and ``sub_dir`` are folders below ``save_dir``: whatever the
     model takes stays there, as ``os.path.normpath`` joins it (``logger.version=..`` had
-    written this run's logs into the date's folder, beside other runs)."""
+    written this run's logs into the date's folder, beside other runs), and none starts with
+    ``~`` (``logger.name=~/x`` made a folder named ``~`` in the run's)."""
     from pydantic import ValidationError
 
     value, save_dir = "/" * from_root + "/".join(parts), "/runs/r"
     try:
         schema.TensorBoard.model_validate({"save_dir": save_dir, key: value})
     except ValidationError:
-        assert value.startswith("/") or ".." in value.split("/")  # refused: a way out only
+        assert value.startswith(("/", "~")) or ".." in value.split("/")  # a way out only
         return
+    assert not value.startswith("~")
     joined = os.path.normpath(os.path.join(save_dir, value))
     assert joined == save_dir or joined.startswith(save_dir + "/")
 

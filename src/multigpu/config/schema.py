@@ -86,8 +86,9 @@ def _none_or_all(value: Any) -> Any:
 
 def _below(value: Any) -> Any:
     """A logger's folders lie below its ``save_dir``: ``..`` or a path from ``/`` would put
-    this run's logs beside other runs' (``logger.version=..``: in the date's folder)."""
-    if isinstance(value, str) and (value.startswith("/") or ".." in value.split("/")):
+    this run's logs beside other runs' (``logger.version=..``: in the date's folder); one
+    from ``~``, meant as the home folder, would be a folder named ``~`` in the run's."""
+    if isinstance(value, str) and (value.startswith(("/", "~")) or ".." in value.split("/")):
         raise ValueError("outside save_dir")
     return value
 
@@ -109,7 +110,7 @@ POSITIVE = "a positive integer"
 NO_LIMIT = "-1 (no limit) or more than 0"
 SUBSET = "a positive integer (or null: every image)"
 FRACTION_OR_COUNT = "a whole number of batches, or a fraction up to 1.0"
-BELOW = "a folder below logger.save_dir (no .., not from /)"
+BELOW = "a folder below logger.save_dir (no .., not from / or ~)"
 SYNTHETIC_COUNT = f"between 1 and {MAX_SYNTHETIC} (each image is held in memory)"
 
 

@@ -235,7 +235,11 @@ MISTAKES: dict[str, tuple[list[str], str]] = {
     ),
     "logger_version_above_its_folder": (
         ["logger.version=.."],
-        "logger.version=.. must be a folder below logger.save_dir (no .., not from /)",
+        "logger.version=.. must be a folder below logger.save_dir (no .., not from / or ~)",
+    ),
+    "logger_name_from_home": (  # had made a folder named ~ in the run's
+        ["logger.name='~/tb'"],
+        "logger.name=~/tb must be a folder below logger.save_dir",
     ),
     "logger_name_from_root": (
         ["logger.name=/tmp/tb"],
