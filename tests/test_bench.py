@@ -40,6 +40,7 @@ CORE = ["plain_loop", "lightning_memory"]
 )
 def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root, only):
     out = tmp_path / "bench"
+    earlier = write_earlier_bench(out)
     result = subprocess.run(
         [sys.executable, "-m", "multigpu.tools.bench", "--tiny", "--out", str(out), "--jobs", "2"]
         + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA), "--only", *only],
@@ -49,6 +50,9 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path, data_root, only):
         timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (kept,) = (out / "earlier").iterdir()  # the earlier bench, as it was
+    assert f"the earlier bench in {out} is kept in {kept}" in result.stdout
+    assert files_below(kept) == earlier
     report = json.loads((out / "bench.json").read_text())
     rows = {r["name"]: r for r in report["configurations"]}
     expected = set(only)
@@ -125,6 +129,31 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
     from multigpu.tools.bench.__main__ import parse_args
 
     assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
+
+
+def write_earlier_bench(out: Path) -> dict[str, str]:
+    """A bench's files in ``out``, as an earlier bench left them; their contents by path."""
+    (out / "runs").mkdir(parents=True)
+    for name in ("bench.json", "bench.md", "runs/plain_loop.json"):
+        (out / name).write_text(f"earlier {name}")
+    return files_below(out)
+
+
+def files_below(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): p.read_text() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_an_earlier_bench_in_the_out_folder_is_kept_apart(tmp_path):
+    """A second bench into one ``--out`` had replaced the first's figures."""
+    from multigpu.tools.bench.bench_file import keep_earlier
+
+    out = tmp_path / "bench"
+    out.mkdir()
+    assert keep_earlier(out) is None and files_below(out) == {}  # nothing to keep
+    earlier = write_earlier_bench(out)
+    kept = keep_earlier(out)
+    assert kept is not None and kept.parent == out / "earlier"
+    assert files_below(kept) == earlier and [p.name for p in out.iterdir()] == ["earlier"]
 
 
 @pytest.mark.parametrize("mark", ["metrics.json", "multirun.yaml"])

@@ -34,7 +34,7 @@ from multigpu.tools.arguments import (
     output_folder,
     run_folder_around,
 )
-from multigpu.tools.bench.bench_file import built
+from multigpu.tools.bench.bench_file import built, keep_earlier
 from multigpu.tools.bench.report import RATIOS, compute_ratios, mfu, to_markdown
 
 REPO = Path(__file__).resolve().parents[4]
@@ -290,7 +290,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out",
         type=output_folder,
         default="outputs/bench",
-        help="folder for bench.json and bench.md (created if missing)",
+        help="folder for bench.json and bench.md (created if missing; an earlier bench there "
+        "is moved to its earlier/<time it was written>)",
     )
     add("--batch", type=COUNT, default=256, help="global batch size")
     add("--steps", type=COUNT, default=30, help="timed steps per configuration")
@@ -347,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if (kept := keep_earlier(out)) is not None:
+        print(f"the earlier bench in {out} is kept in {kept}", flush=True)
     configs = configurations(args)
     if args.only:
         configs = [c for c in configs if c["name"] in args.only]

@@ -4,6 +4,7 @@ not to be trusted, as every file a run leaves)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +77,21 @@ def built(**report: Any) -> dict[str, Any]:
 def read_bench_file(path: Path) -> dict[str, Any]:
     """``bench.json`` checked whole; a ``BadRecord`` naming it otherwise."""
     return checked(path, read_json(path), Bench)
+
+
+BENCH_FILES = ("bench.json", "bench.md", "runs")  # what a bench writes into its --out
+
+
+def keep_earlier(out: Path) -> Path | None:
+    """An earlier bench in ``out`` moved to ``out/earlier/<when it was written>``, where the new
+    one leaves it (it had replaced the earlier figures); that folder, or None."""
+    earlier = out / "bench.json"
+    if not earlier.is_file():
+        return None
+    written = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(earlier.stat().st_mtime))
+    kept = out / "earlier" / written
+    kept.mkdir(parents=True, exist_ok=True)
+    for name in BENCH_FILES:
+        if (out / name).exists():
+            (out / name).rename(kept / name)
+    return kept
