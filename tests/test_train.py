@@ -7,8 +7,10 @@ import re
 
 import pytest
 import torch
-from conftest import CONF, TINY, compose_config, run_script, tensorboard_scalars
+from conftest import CONF, TINY, compose_config, examples, run_script, tensorboard_scalars
 from hydra import compose, initialize_config_dir
+from hypothesis import given
+from hypothesis import strategies as st
 
 from multigpu.config.errors import UserError
 from multigpu.run.evaluation import evaluate
@@ -166,18 +168,60 @@ def test_latest_names_the_runs_folder_in_one_spelling(tmp_path):
 
 
 @pytest.mark.subprocess
-def test_eval_reads_any_data_option(finished_run):
-    """``data=synthetic`` has no ``normalize``: what the checkpoint records for it is skipped."""
+def test_eval_of_a_checkpoint_on_another_data_set_is_one_line(finished_run):
+    """A checkpoint trained on Fashion-MNIST, evaluated with ``data=synthetic``: its accuracy on
+    noise had been printed as the checkpoint's."""
+    checkpoint = finished_run / "checkpoints" / "last.ckpt"
     result = run_script(
-        "eval.py",
-        f"ckpt_path={finished_run / 'checkpoints' / 'last.ckpt'}",
-        "data=synthetic",
-        "trainer.accelerator=cpu",
+        "eval.py", f"ckpt_path={checkpoint}", "data=synthetic", "trainer.accelerator=cpu",
         cwd=finished_run,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    reported = json.loads(result.stdout)
-    assert reported["samples"] == 256 and 0 <= reported["test_acc"] <= 1
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        f"error: ckpt_path={checkpoint} was trained and tested on data=fashion_mnist, and "
+        "data=synthetic here would test it on other images: pass data=fashion_mnist"
+    ]
+
+
+@examples(40)
+@given(
+    trained=st.tuples(
+        st.sampled_from([1, 2]), st.sampled_from([4, 6]), st.sampled_from([None, 2, 3])
+    ),
+    here=st.tuples(st.sampled_from([1, 2]), st.sampled_from([4, 6]), st.sampled_from([None, 2, 3])),
+)
+def test_eval_tests_on_the_images_its_checkpoint_was_tested_on(trained, here):
+    """(seed, num_test, test_subset) of synthetic data at training and here: eval.py goes on
+    exactly where one test set holds the other (the images and labels, as the data module
+    draws them; a subset of them, or more of the same), else says what to pass."""
+    from multigpu.config.names import SYNTHETIC
+    from multigpu.data import SyntheticDataModule
+    from multigpu.run.evaluation import check_same_test_set
+
+    def images(seed, num_test, test_subset) -> set:
+        data = SyntheticDataModule(
+            num_train=2, num_test=num_test, seed=seed, test_subset=test_subset
+        )
+        data.setup()
+        return {(x.numpy().tobytes(), int(y)) for x, y in data.test_set}
+
+    keys = ("data.seed", "data.num_test", "data.test_subset")
+    stored = {"defaults.data": "synthetic", "data._target_": SYNTHETIC}
+    stored |= dict(zip(keys, trained, strict=True))
+    config = {
+        "_target_": SYNTHETIC,
+        **dict(zip(("seed", "num_test", "test_subset"), here, strict=True)),
+    }
+    a, b = images(*trained), images(*here)
+    try:
+        check_same_test_set(config, "synthetic", stored, "x.ckpt")
+    except UserError as refused:
+        assert not (a <= b or b <= a)
+        assert re.fullmatch(r"ckpt_path=x.ckpt was tested with data\.(\w+)=\d+ during training, "
+                            r"and data\.\1=\d+ here would draw other images: pass data\.\1=\d+",
+                            str(refused))  # fmt: skip
+        return
+    assert a <= b or b <= a
 
 
 def test_checkpoint_loads_into_a_plain_module(finished_run):

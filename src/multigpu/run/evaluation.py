@@ -18,9 +18,10 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from multigpu.config.errors import Interrupted, UserError
+from multigpu.config.computation import same
+from multigpu.config.errors import Interrupted, UserError, as_override
 from multigpu.config.launch import check_launched, processes_started, slurm_started
-from multigpu.config.names import MATMUL_PRECISIONS
+from multigpu.config.names import MATMUL_PRECISIONS, SYNTHETIC
 from multigpu.config.schema import Top, check_types, config_tree, default_of
 from multigpu.config.settings import (
     Machine,
@@ -60,6 +61,29 @@ def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
             f"{', '.join(MATMUL_PRECISIONS)}: it was not written by train.py"
         )
     return value
+
+
+def check_same_test_set(data: dict[str, Any], option: str | None, trained: dict, path: Any) -> None:
+    """The checkpoint is tested on the images its run was tested on (``trained``: its stored
+    settings), as far as they are chosen: the data set, and where the images are drawn
+    (synthetic data; a ``data.test_subset`` here and there) their number and seed. On others,
+    its accuracy would be printed as its own, and unlike its record's."""
+    target = data.get("_target_")
+    if trained.get("data._target_", target) != target:
+        was = trained.get("defaults.data") or trained["data._target_"]
+        raise UserError(
+            f"ckpt_path={path} was trained and tested on data={was}, and data={option or target} "
+            f"here would test it on other images: pass data={was}"
+        )
+    subsets = data.get("test_subset") is not None and trained.get("data.test_subset") is not None
+    for key in ("num_test", "seed") if data.get("_target_") == SYNTHETIC or subsets else ():
+        here, then = data.get(key), trained.get(f"data.{key}", data.get(key))
+        if not same(here, then):
+            raise UserError(
+                f"ckpt_path={path} was tested with data.{key}={as_override(then)} during "
+                f"training, and data.{key}={as_override(here)} here would draw other images: "
+                f"pass data.{key}={as_override(then)}"
+            )
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
@@ -121,7 +145,7 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     from multigpu.callbacks.process_setup import EveryProcess
     from multigpu.run.build import build
     from multigpu.run.fit import without_lightnings_requeue
-    from multigpu.storage.checkpoint import classifier
+    from multigpu.storage.checkpoint import classifier, stored_settings
 
     module = classifier(checkpoint, path, net)
     data = plain(cfg.data)
@@ -134,6 +158,7 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
             f"ckpt_path={path} was trained on {trained} classes and the data has {classes}: "
             f"evaluate it on data with {trained} classes (the data its run had)"
         )
+    check_same_test_set(data, choices_of(cfg).get("data"), stored_settings(checkpoint) or {}, path)
     machine = Machine.this(False)
     data["num_workers"], data["pin_memory"] = loader_defaults(
         data, accelerator, machine.cpu_cores, 1
