@@ -156,27 +156,30 @@ def test_an_earlier_bench_in_the_out_folder_is_kept_apart(tmp_path):
     assert files_below(kept) == earlier and [p.name for p in out.iterdir()] == ["earlier"]
 
 
+@pytest.mark.parametrize("option", ["--out", "--data-root"])
 @pytest.mark.parametrize("mark", ["metrics.json", "multirun.yaml"])
 @pytest.mark.parametrize("below", ["", "bench", "bench/deeper"])
-def test_an_out_folder_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
-    mark, below, tmp_path, monkeypatch, capsys
+def test_a_folder_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
+    option, mark, below, tmp_path, monkeypatch, capsys
 ):
-    """``--out <a run's or a sweep's folder>``: each of the bench's runs was refused there (a
-    run inside another's folder) once the bench had begun, and bench.json went among the
-    run's files."""
+    """``--out`` or ``--data-root`` in a run's or a sweep's folder: each of the bench's runs was
+    refused there (a run writing inside another's folder) once the bench had begun, and
+    bench.json (or the unpacked data set) went among the run's files."""
     from multigpu.tools.bench.__main__ import parse_args
 
     held = tmp_path / "held"
     held.mkdir()
     (held / mark).write_text("")
-    out = str(Path("held", below)) if below else "held"
-    said = refusal_in(tmp_path, parse_args, ["--out", out], monkeypatch, capsys)
+    given = str(Path("held", below)) if below else "held"
+    said = refusal_in(tmp_path, parse_args, [option, given], monkeypatch, capsys)
     owner = "run" if mark == "metrics.json" else "sweep"
     assert (
-        f"--out {out}: {held} is another {owner}'s folder (it holds that {owner}'s {mark})" in said
+        f"{option} {given}: {held} is another {owner}'s folder (it holds that {owner}'s {mark})"
+        in said
     )
     assert sorted(p.name for p in held.iterdir()) == [mark]
-    assert parse_args(["--out", str(tmp_path / "apart")]).out == tmp_path / "apart"
+    apart = parse_args([option, str(tmp_path / "apart")])
+    assert getattr(apart, option[2:].replace("-", "_")) == tmp_path / "apart"
 
 
 @pytest.mark.parametrize("only", [None, ["lightning_memory_nhwc"]])

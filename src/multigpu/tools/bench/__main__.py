@@ -329,12 +329,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(
             f"--only {' '.join(unknown)}: no such configuration here; use any of {', '.join(known)}"
         )
-    held = run_folder_around(args.out)
-    if held is not None:  # its runs would be refused there, after the bench had begun
-        parser.error(
-            f"--out {args.out}: {held}, and the bench's runs would go among its files; pass a "
-            "folder of its own, e.g. --out outputs/bench"
-        )
+    for option, folder, example in (
+        ("--out", args.out, "outputs/bench"),
+        ("--data-root", args.data_root, "data"),
+    ):
+        held = run_folder_around(folder)
+        if held is not None:  # its runs would be refused there, after the bench had begun
+            parser.error(
+                f"{option} {folder}: {held}, and the bench's runs would write among its files; "
+                f"pass a folder of its own, e.g. {option} {example}"
+            )
     nhwc = "lightning_memory_nhwc"
     if nhwc in (args.only or known) and not has_cuda() and args.width < MIN_CPU_NHWC_WIDTH:
         parser.error(  # settings.check_channels_last would refuse that row, after the others ran
