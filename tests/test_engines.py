@@ -423,6 +423,34 @@ def test_a_bad_value_under_torchrun_is_said_once(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_finished_run_under_torchrun_is_trained_further_as_its_refusal_says(tmp_path):
+    """Under torchrun the run folder is named by ``--rdzv-id``: the advice to drop
+    ``hydra.run.dir`` ("or none") led to the same folder, refused again, where the command kept
+    its id."""
+    if shutil.which("torchrun") is None:
+        engine_missing("no torchrun (it comes with torch)")
+    port = 29500 + uuid.uuid4().int % 1000
+
+    def launched(run_id: str, *overrides: str) -> subprocess.Popen:
+        launcher = ["--nnodes=1", "--nproc_per_node=1", f"--rdzv-id={run_id}"]
+        launcher += ["--master_addr=127.0.0.1", f"--master_port={port}"]
+        return torchrun(launcher, [*TINY, "data=synthetic", *overrides], cwd=tmp_path)
+
+    finish(launched("first", "trainer.max_epochs=1"))
+    refused = launched("first", "trainer.max_epochs=2")
+    out, _ = refused.communicate(timeout=120)
+    (said,) = {line for line in out.splitlines() if line.startswith("error:")}
+    assert refused.returncode != 0 and said.endswith(
+        "trainer.max_epochs=2, and another hydra.run.dir or none with another torchrun "
+        "--rdzv-id (in a sweep, another hydra.sweep.dir)"
+    ), out[-3000:]
+    advised = said.split("resume it into a new folder with ")[1].split(",")[0].split()
+    finish(launched("second", *advised))
+    record = metrics(tmp_path / "outputs" / "torchrun-second")
+    assert record["status"] == "completed" and record["epochs"] == 2
+
+
+@pytest.mark.slow
 def test_torchrun_on_two_nodes_shares_a_fresh_data_folder(tmp_path):
     """Two torchrun agents on localhost, one process each: both nodes prepare the data in the
     same fresh folder at once, and the run has one folder (named by ``--rdzv-id``)."""

@@ -332,6 +332,17 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
     apart), then what the command line ``overrides`` changed (``run_label``):
     ``2026-11-25/12-32-46.813825-lr_0.2-devices_2``."""
     environ = os.environ if environ is None else environ
+    named = launchers_name(environ)
+    if named is not None:
+        return named
+    started = datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
+    label = run_label(overrides or ())
+    return f"{started}-{label}" if label else started
+
+
+def launchers_name(environ: Mapping[str, str]) -> str | None:
+    """The run folder's name a launcher gives (its job's or run's id: every command it starts
+    with that id names the same folder), or None."""
     from multigpu.config.job_names import escape  # a launcher's id as one folder's name
 
     if slurm_started(environ) and "SLURM_JOB_ID" in environ:
@@ -341,9 +352,16 @@ def run_name(environ: Mapping[str, str] | None = None, overrides: Iterable[str] 
     run_id = environ.get("TORCHELASTIC_RUN_ID", "none")
     if torchrun_started(environ) and run_id != "none":
         return escape(f"torchrun-{run_id}")
-    started = datetime.now().strftime("%Y-%m-%d/%H-%M-%S.%f")
-    label = run_label(overrides or ())
-    return f"{started}-{label}" if label else started
+    return None
+
+
+def renamed_by(environ: Mapping[str, str]) -> str:
+    """What gives a command run again another run folder when no ``hydra.run.dir`` names it:
+    the time it starts (""), else another id of the launcher that named this one."""
+    named = launchers_name(environ) or ""
+    if named.startswith("torchrun-"):
+        return " with another torchrun --rdzv-id"
+    return " in another Slurm job or srun step" if named.startswith("slurm-") else ""
 
 
 def processes_started(environ: Mapping[str, str]) -> tuple[int, int]:

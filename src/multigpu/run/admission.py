@@ -44,6 +44,7 @@ from omegaconf.errors import OmegaConfBaseException
 from multigpu.config.computation import computation, describe, differences
 from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
 from multigpu.config.job_names import task_overrides
+from multigpu.config.launch import renamed_by
 from multigpu.config.names import FASHION_MNIST
 from multigpu.config.settings import Machine, Run, check_batch_given, resolve_run
 from multigpu.data.locate import check_reachable
@@ -894,8 +895,8 @@ def folder_state(
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
                 f"result is not trained further in place; resume it into a new folder with "
                 f"{as_typed(last) if last.is_file() else checkpoint_elsewhere()} "
-                f"trainer.max_epochs={max_epochs}, and another hydra.run.dir or none (in a "
-                "sweep, another hydra.sweep.dir)"
+                f"trainer.max_epochs={max_epochs}, and another hydra.run.dir or none"
+                f"{renamed_by(os.environ)} (in a sweep, another hydra.sweep.dir)"
                 + ("" if is_within(checkpoints, output_dir) else f" and {CHECKPOINT_FOLDER}")
             )
         return Folder(finished=previous)
