@@ -830,6 +830,14 @@ def test_a_batch_size_the_per_device_batch_overrules_is_refused(overrides, batch
     with pytest.raises(UserError, match=r"^data.batch_size=32 is not used: data.batch_size_per_"):
         admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    # As the line says (it had said to pass the per-device batch, which was passed already):
+    with pytest.raises(UserError, match="drop data.batch_size=32 from the command, or pass "):
+        admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run")
+    advised = [o for o in [*given, *overrides] if o != "data.batch_size=32"]
+    cfg = compose_config(advised, tmp_path / "run")
+    per_device = OmegaConf.select(cfg, "data.batch_size_per_device")
+    run = admit(cfg, hydra_runtime(cfg)[0], machine, tmp_path / "run").run
+    assert run.devices == 2 and run.batch_size == per_device * run.devices
 
 
 BATCHES = st.sampled_from([16, 32, 48])

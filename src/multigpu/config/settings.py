@@ -809,9 +809,9 @@ def check_batch_given(data: Mapping[str, Any], devices: int, given: Collection[s
         return
     raise UserError(
         f"data.batch_size={data.get('batch_size')} is not used: data.batch_size_per_device="
-        f"{per_device} makes the batch ({per_device} x {devices} device(s)); pass "
-        "data.batch_size_per_device=<the batch on each device>, or "
-        "data.batch_size_per_device=null to use data.batch_size"
+        f"{per_device} makes the batch ({per_device} x {devices} device(s)): drop "
+        f"data.batch_size={data.get('batch_size')} from the command, or pass "
+        "data.batch_size_per_device=null to use it"
     )
 
 
