@@ -880,8 +880,11 @@ def test_a_resume_into_its_own_runs_folder_never_writes_fewer_epochs(tmp_path, m
     assert str(stopped.value).startswith(said) and after["reason"] == str(stopped.value)
 
 
+@pytest.mark.parametrize("keeps_previous", [True, False], ids=["previous", "no_previous"])
 @pytest.mark.parametrize("damage", [pytest.param("cut", marks=pytest.mark.slow), "flipped"])
-def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(damage, tmp_path):
+def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(
+    damage, keeps_previous, tmp_path
+):
     """The same command again continues the folder's own ``last.ckpt``: damaged (cut short, or
     a byte flipped: its digest differs), it is named as that, not as a ``ckpt_path`` the
     command never gave, with the one before to use instead, once, and in another folder (in
@@ -900,12 +903,23 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(damage, t
     else:  # a byte in the middle: of the weights' values, which most of the file holds
         at = len(kept) // 2
         last.write_bytes(kept[:at] + bytes([kept[at] ^ 0xFF]) + kept[at + 1 :])
+    previous = last.with_name("previous.ckpt")
+    if not keeps_previous:  # the line had said to train again, which met the same checkpoint
+        previous.unlink()
     with pytest.raises(UserError) as error:
         train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], run))
     said = str(error.value)
     damaged = "is not a readable" if damage == "cut" else "is damaged: its contents no longer"
     assert said.startswith(f"{last}, the checkpoint this run folder continues, {damaged}"), said
-    previous = last.with_name("previous.ckpt")
+    if not keeps_previous:
+        assert said.endswith(
+            "; this run keeps no older checkpoint: train again in another hydra.run.dir (or none)"
+        )
+        assert (run / "metrics.json").read_bytes() == held
+        other = tmp_path / "other"
+        train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], other))
+        assert json.loads((other / "metrics.json").read_text())["epochs"] == 3
+        return
     instead = f"(to go on from the one before it: ckpt_path={previous} and another hydra.run.dir)"
     assert said.endswith(instead) and said.count("ckpt_path=") == 1
     assert (run / "metrics.json").read_bytes() == held

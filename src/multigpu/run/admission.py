@@ -295,7 +295,12 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
     record holds: the same epochs as far as both go (``check_moves_forward``'s rule for a
     ``ckpt_path`` resumed there). Another run's checkpoint put in its place would have replaced
     the record's epochs with its own. Read with torch; the run restores what was read here."""
-    from multigpu.storage.checkpoint import epoch_history, load_checkpoint, use_the_one_before
+    from multigpu.storage.checkpoint import (
+        NO_OLDER,
+        epoch_history,
+        load_checkpoint,
+        use_the_one_before,
+    )
 
     last = own.continued
     try:
@@ -303,13 +308,17 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
     except UserError as error:  # not ckpt_path=...: the command gave none
         said = str(error).partition(" ")[2] if str(error).startswith("ckpt_path=") else str(error)
         previous = last.with_name(PREVIOUS)
-        said = said.removesuffix(f"; {use_the_one_before(previous)}")
-        # Resumed in this folder, the one before would take its record back: another folder.
-        instead = f" (to go on from the one before it: ckpt_path={previous} and another "
-        instead += "hydra.run.dir)"
+        said = said.removesuffix(f"; {use_the_one_before(previous)}").removesuffix(f"; {NO_OLDER}")
+        # Resumed in this folder, the one before would take its record back: another folder;
+        # with none, the same command would meet this checkpoint again.
+        if previous.is_file():
+            instead = f" (to go on from the one before it: ckpt_path={previous} and another "
+            instead += "hydra.run.dir)"
+        else:
+            instead = "; this run keeps no older checkpoint: train again in another "
+            instead += f"hydra.run.dir (or none{renamed_by(os.environ)})"
         raise UserError(
-            f"{last}, the checkpoint this run folder continues, {said}"
-            f"{instead if previous.is_file() else ''}"
+            f"{last}, the checkpoint this run folder continues, {said}{instead}"
         ) from None
     if not agree(epoch_history(checkpoint) or [], own.recorded):
         raise OccupiedFolder(

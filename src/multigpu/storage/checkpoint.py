@@ -79,15 +79,14 @@ def check_intact(checkpoint: Any, path: Path) -> None:
     if recorded == actual:
         return
     previous = path.with_name(PREVIOUS)
-    older = (
-        use_the_one_before(previous)
-        if previous.is_file() and previous != path
-        else "this run keeps no older checkpoint; train again"
-    )
+    older = use_the_one_before(previous) if previous.is_file() and previous != path else NO_OLDER
     raise UserError(
         f"ckpt_path={path} is damaged: its contents no longer match the digest written with "
         f"it (a disk or copy error, or an edit); {older}"
     )
+
+
+NO_OLDER = "this run keeps no older checkpoint; train again"
 
 
 def use_the_one_before(previous: Path) -> str:
