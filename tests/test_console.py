@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import signal
@@ -133,6 +134,34 @@ def test_under_slurm_the_user_signals_stay_the_time_limits_warning():
     assert {signal.SIGUSR1, signal.SIGUSR2} <= set(stop_signals(OUTSIDE_SLURM))
     assert not {signal.SIGUSR1, signal.SIGUSR2} & set(stop_signals(UNDER_SLURM))
     assert {signal.SIGTERM, signal.SIGHUP} <= set(stop_signals(UNDER_SLURM))
+
+
+@pytest.mark.parametrize("scontrol", ["refuses", "missing"])
+def test_a_requeue_slurm_refuses_is_said(scontrol, tmp_path, monkeypatch, caplog):
+    """``scontrol requeue`` failing (a job not requeueable, no scontrol on the node) had gone
+    unsaid: the job trained on as if requeued."""
+    from multigpu.config.launch import requeue_on_warning
+
+    if scontrol == "refuses":
+        fake = tmp_path / "scontrol"
+        fake.write_text("#!/bin/sh\necho 'scontrol: error: Invalid job id specified' >&2\nexit 1\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        requeue_on_warning(UNDER_SLURM)
+        with caplog.at_level(logging.WARNING, logger="multigpu.config.launch"):
+            os.kill(os.getpid(), signal.SIGUSR1)
+            time.sleep(0.1)
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == "SLURM's warning signal: requeueing job 41"
+    why = "scontrol: error: Invalid job id" if scontrol == "refuses" else "[Errno 2] No such file"
+    assert said[1].startswith(f"job 41 is not requeued (scontrol requeue: {why}")
+    assert said[1].endswith(
+        "it trains on until Slurm's time limit stops it, with its last checkpoint kept"
+    )
 
 
 def wait_for(proc, ready) -> None:

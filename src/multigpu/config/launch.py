@@ -486,8 +486,20 @@ def requeue_on_warning(environ: Mapping[str, str]) -> None:
     is_rank_zero = environ.get("SLURM_PROCID", "0") == "0"
 
     def requeue(signum: int, frame: object) -> None:  # every task gets it; one asks
-        if is_rank_zero and job:
-            log.warning("SLURM's warning signal: requeueing job %s", job)
-            subprocess.run(["scontrol", "requeue", job], check=False)
+        if not (is_rank_zero and job):
+            return
+        log.warning("SLURM's warning signal: requeueing job %s", job)
+        try:
+            asked = subprocess.run(["scontrol", "requeue", job], capture_output=True, text=True)
+            refused = asked.returncode and (asked.stderr.strip() or f"exit {asked.returncode}")
+        except OSError as err:  # no scontrol here
+            refused = str(err)
+        if refused:  # it had gone unsaid, and the job trained on as if requeued
+            log.warning(
+                "job %s is not requeued (scontrol requeue: %s): it trains on until Slurm's time "
+                "limit stops it, with its last checkpoint kept",
+                job,
+                " ".join(str(refused).split()),
+            )
 
     signal.signal(signal.SIGUSR1, requeue)
