@@ -8,6 +8,7 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,6 +130,37 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
     from multigpu.tools.bench.__main__ import parse_args
 
     assert text in refusal_in(tmp_path, parse_args, args, monkeypatch, capsys)
+
+
+@pytest.mark.slow  # a bench's run, stopped
+def test_a_stopped_bench_stops_its_runs_and_says_so(tmp_path, data_root):
+    """SIGTERM to the bench: the run under way had trained on, orphaned, and nothing was said.
+    Now that run records the stop, and one line ends the bench, 143, no bench.json."""
+    out = tmp_path / "bench"
+    bench = subprocess.Popen(
+        [sys.executable, "-m", "multigpu.tools.bench", "--out", str(out), "--width", "8"]
+        + ["--batch", "32", "--steps", "1000", "--warmup", "1", "--repeats", "1"]
+        + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA)]
+        + ["--only", "lightning_memory"],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    record = out / "runs" / "lightning_memory" / "metrics.json"
+    deadline = time.monotonic() + 120
+    while not record.is_file():
+        assert bench.poll() is None and time.monotonic() < deadline
+        time.sleep(0.2)
+    time.sleep(2)  # into its steps
+    bench.terminate()
+    stderr = bench.communicate(timeout=120)[1]
+    assert bench.returncode == 143, stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        f"error: interrupted by SIGTERM after 0 of 1 runs: no bench.json written; each run's "
+        f"output is in {out / 'runs'}"
+    )
+    assert json.loads(record.read_text())["status"] == "interrupted"
+    assert not (out / "bench.json").exists()
 
 
 def write_earlier_bench(out: Path) -> dict[str, str]:

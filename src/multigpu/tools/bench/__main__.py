@@ -18,11 +18,13 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from multigpu.config import settings
+from multigpu.config.launch import Signal, answering_stops
 from multigpu.config.settings import MAX_DEVICES, MAX_WIDTH, MIN_CPU_NHWC_WIDTH
 from multigpu.storage.atomic import write_atomically, write_json
 from multigpu.storage.record_file import BadRecord, read_record
@@ -183,6 +185,7 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
     procs = [start(command(config, args, r), r.with_suffix(".log"), env) for r in results]
     for proc in procs:
         proc.wait()
+        RUNNING.discard(proc)
     entry = {k: config[k] for k in ("name", "width", "overrides", "env")}
     entry["wall_s"] = round(time.perf_counter() - started, 1)
     for proc, result in zip(procs, results, strict=True):
@@ -203,10 +206,38 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
     return entry
 
 
+RUNNING: set[subprocess.Popen] = set()  # the configurations' processes, until they end
+
+
 def start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
     """Output to a file: a pipe left unread while a sibling runs would stall the run."""
     with log.open("w") as sink:
-        return subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    RUNNING.add(proc)
+    return proc
+
+
+def stopped(out: Path, done: Callable[[], str]) -> Callable[[Signal], None]:
+    """A stop signal's answer: the runs under way are stopped too (they had trained on, orphaned,
+    with nothing said), then one line, 128 + the signal; no ``bench.json`` (its ratios would
+    stand on what ran)."""
+
+    def stop(signum: Signal) -> None:
+        finished = done()  # before the runs stopped now end (as failed ones)
+        for proc in list(RUNNING):
+            proc.terminate()  # a run records it, as a stopped run does
+        for proc in list(RUNNING):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sys.stdout.flush()
+        said = f"error: interrupted by {signum.name} after {finished}: no bench.json written; "
+        said += f"each run's output is in {out / 'runs'}\n"
+        os.write(2, said.encode())
+        os._exit(128 + signum)  # not sys.exit: the pool's threads would start the next runs
+
+    return stop
 
 
 def last_line(log: Path, returncode: int) -> str:
@@ -371,7 +402,10 @@ def main(argv: list[str] | None = None) -> int:
         runs[config["name"]].append(entry)
 
     # --jobs > 1 runs configurations at the same time: for smoke tests, never for numbers.
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+    def finished() -> str:
+        return f"{sum(map(len, runs.values()))} of {len(order)} runs"
+
+    with answering_stops(stopped(out, finished)), ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(measure, enumerate(order, 1)))
     results = [combine(runs[c["name"]], c) for c in configs]
     report = built(
