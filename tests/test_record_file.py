@@ -383,6 +383,17 @@ def test_the_baseline_computes_the_same_but_for_what_scaling_changes(tmp_path):
     assert rows_of(tmp_path)["two"]["speedup"] == pytest.approx(700.0 / 350.0, rel=0.05)
 
 
+def test_a_one_device_job_is_its_own_baseline(tmp_path):
+    """Two one-device runs of the same settings (a runs folder reported whole): the second had
+    a "speedup" of 1.95 over the first."""
+    write_job(tmp_path, "first", record(samples_per_s=200.0, lr=0.1))
+    write_job(tmp_path, "again", record(samples_per_s=390.0, lr=0.1))
+    write_job(tmp_path, "two", record(samples_per_s=700.0, devices=2, lr=0.1))
+    rows = rows_of(tmp_path)
+    assert rows["first"]["speedup"] == rows["again"]["speedup"] == 1.0
+    assert rows["two"]["speedup"] in (pytest.approx(700 / 200), pytest.approx(700 / 390))
+
+
 def test_only_completed_jobs_get_a_speedup(tmp_path):
     write_job(tmp_path, "one", record(lr=0.1))
     write_job(tmp_path, "two", record("diverged", samples_per_s=9000.0, devices=2, lr=0.1))

@@ -215,7 +215,8 @@ def same_computation(a: dict, b: dict) -> bool:
 
 def _baseline(job: dict, candidates: list[dict]) -> dict | None:
     """The one-device job with the same settings (``SETTINGS``) that differs from ``job``
-    only in what scaling to more devices changes, or None."""
+    only in what scaling to more devices changes, or None; a one-device job is its own (another
+    such job, of the same run repeated, had given it a "speedup" of one run over the other)."""
     traits = _traits(job)
     same = [c for c in candidates if all(c["run"].get(k) == traits.get(k) for k in SETTINGS)]
     same = [c for c in same if same_computation(c, job)]
@@ -224,7 +225,7 @@ def _baseline(job: dict, candidates: list[dict]) -> dict | None:
             continue
         matches = [c for c in same if all(_traits(c).get(k) == traits.get(k) for k in keys)]
         if matches:
-            return matches[0]
+            return job if job in matches else matches[0]
     return None
 
 
