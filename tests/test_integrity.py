@@ -717,7 +717,7 @@ def test_init_from_starts_a_new_run_from_the_weights_with_its_own_settings(tmp_p
     assert refused.returncode == 2
     assert (
         f"pass resume_changes=[model.optimizer.lr] to change it deliberately, or init_from={last}"
-        in (refused.stderr)
+        " instead of ckpt_path to start a new run from its weights" in (refused.stderr)
     )
     for mismatch in ([f"init_from={last}"], [f"ckpt_path={last}", "resume_changes=[model]"]):
         other_width = tiny_run(tmp_path, "model.net.width=5", "trainer.max_epochs=2", *mismatch)

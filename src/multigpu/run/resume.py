@@ -228,8 +228,8 @@ def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]
         f"newest is {newest}; {how}): "
         + (
             other_shape(refused)
-            or f"to start a new run from its weights pass init_from={newest}, or pass "
-            "ckpt_path=<file> of a run with these settings"
+            or f"to start a new run from its weights pass init_from={newest} instead of "
+            "ckpt_path, or pass ckpt_path=<file> of a run with these settings"
         )
     )
 
@@ -266,8 +266,8 @@ def check_same_run(
     if saved is None:
         raise UserError(
             f"ckpt_path={path} records no settings (written by an older version), so resuming "
-            f"it cannot be checked to continue the same run: pass init_from={path} to start a "
-            "new run from its weights"
+            f"it cannot be checked to continue the same run: pass init_from={path} instead of "
+            "ckpt_path to start a new run from its weights"
         )
     check_kept(path, differences(saved, current))
     check_allowed_keys(allowed, saved, current)
@@ -281,8 +281,8 @@ def check_same_run(
         raise UserError(
             f"ckpt_path={path} was trained with other settings ({describe(refused)}): a "
             f"resume continues the same run; pass resume_changes=[{keys}] to change "
-            f"{'it' if len(refused) == 1 else 'them'} deliberately, or init_from={path} to "
-            "start a new run from its weights"
+            f"{'it' if len(refused) == 1 else 'them'} deliberately, or init_from={path} "
+            "instead of ckpt_path to start a new run from its weights"
         )
     return differences(saved, current)
 
@@ -293,8 +293,8 @@ def check_kept(path: Path, changed: dict[str, tuple]) -> None:
     for key in (k for k in KEPT_ON_RESUME if k in changed):
         raise UserError(
             f"ckpt_path={path} was trained with other settings ({describe({key: changed[key]})}),"
-            f" and a resume keeps {key} ({KEPT_ON_RESUME[key]}): pass init_from={path} to start "
-            "a new run from its weights with the new value"
+            f" and a resume keeps {key} ({KEPT_ON_RESUME[key]}): pass init_from={path} instead "
+            "of ckpt_path to start a new run from its weights with the new value"
         )
 
 
