@@ -5,6 +5,7 @@ configurations' own numbers."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -134,31 +135,35 @@ def test_every_argument_is_checked_in_one_line(args, text, tmp_path, monkeypatch
 
 @pytest.mark.slow  # a bench's run, stopped
 def test_a_stopped_bench_stops_its_runs_and_says_so(tmp_path, data_root):
-    """SIGTERM to the bench: the run under way had trained on, orphaned, and nothing was said.
-    Now that run records the stop, and one line ends the bench, 143, no bench.json."""
+    """SIGTERM to the bench: the runs under way had trained on, orphaned, and nothing was said.
+    Now they record the stop, none of the next round starts, and one line ends the bench, 143,
+    no bench.json."""
     out = tmp_path / "bench"
     bench = subprocess.Popen(
         [sys.executable, "-m", "multigpu.tools.bench", "--out", str(out), "--width", "8"]
-        + ["--batch", "32", "--steps", "1000", "--warmup", "1", "--repeats", "1"]
+        + ["--batch", "32", "--steps", "100000", "--warmup", "1", "--repeats", "2", "--jobs", "2"]
         + ["--data-root", str(data_root), "--data-source", str(SHARED_DATA)]
-        + ["--only", "lightning_memory"],
+        + ["--only", "lightning_memory", "plain_loop"],
         cwd=REPO,
         stderr=subprocess.PIPE,
         text=True,
     )
     record = out / "runs" / "lightning_memory" / "metrics.json"
     deadline = time.monotonic() + 120
-    while not record.is_file():
+    while not (record.is_file() and (out / "runs" / "plain_loop.log").is_file()):
         assert bench.poll() is None and time.monotonic() < deadline
         time.sleep(0.2)
-    time.sleep(2)  # into its steps
+    time.sleep(1)  # into their steps
     bench.terminate()
     stderr = bench.communicate(timeout=120)[1]
     assert bench.returncode == 143, stderr[-3000:]
     assert stderr.strip().splitlines()[-1] == (
-        f"error: interrupted by SIGTERM after 0 of 1 runs: no bench.json written; each run's "
+        f"error: interrupted by SIGTERM after 0 of 4 runs: no bench.json written; each run's "
         f"output is in {out / 'runs'}"
     )
+    time.sleep(2)  # a run of the next round, started by a pool thread, would be under way now
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout
+    assert left == "", left
     assert json.loads(record.read_text())["status"] == "interrupted"
     assert not (out / "bench.json").exists()
 
@@ -186,6 +191,14 @@ def test_an_earlier_bench_in_the_out_folder_is_kept_apart(tmp_path):
     kept = keep_earlier(out)
     assert kept is not None and kept.parent == out / "earlier"
     assert files_below(kept) == earlier and [p.name for p in out.iterdir()] == ["earlier"]
+    # A stopped bench (its runs alone, no bench.json), kept within the same second: apart too.
+    (out / "runs").mkdir()
+    (out / "runs" / "plain_loop.log").write_text("stopped")
+    os.utime(out / "runs", (kept.joinpath("bench.json").stat().st_mtime,) * 2)  # its second
+    again = keep_earlier(out)
+    assert again is not None and again != kept and again.parent == out / "earlier"
+    assert files_below(again) == {"runs/plain_loop.log": "stopped"}
+    assert files_below(kept) == earlier
 
 
 @pytest.mark.parametrize("option", ["--out", "--data-root"])

@@ -17,6 +17,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -176,13 +177,16 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
     copies = args.processes if config["kind"] == "independent" else 1
     suffixes = [f".{k}" for k in range(copies)] if copies > 1 else [""]
     results = [out / "runs" / f"{config['name']}{suffix}.json" for suffix in suffixes]
-    for result in results:  # each round from scratch: a finished run is not trained again
-        result.parent.mkdir(parents=True, exist_ok=True)
-        result.unlink(missing_ok=True)
-        shutil.rmtree(result.with_suffix(""), ignore_errors=True)  # its run folder
     env = {**os.environ, **config["env"]}
-    started = time.perf_counter()
-    procs = [start(command(config, args, r), r.with_suffix(".log"), env) for r in results]
+    with STARTING:  # none starts, and no earlier output goes, once the bench is stopping
+        if STOPPING.is_set():
+            raise RuntimeError("the bench is stopping")
+        for result in results:  # each round from scratch: a finished run is not trained again
+            result.parent.mkdir(parents=True, exist_ok=True)
+            result.unlink(missing_ok=True)
+            shutil.rmtree(result.with_suffix(""), ignore_errors=True)  # its run folder
+        started = time.perf_counter()
+        procs = [start(command(config, args, r), r.with_suffix(".log"), env) for r in results]
     for proc in procs:
         proc.wait()
         RUNNING.discard(proc)
@@ -207,10 +211,13 @@ def run(config: dict[str, Any], args: argparse.Namespace, out: Path) -> dict[str
 
 
 RUNNING: set[subprocess.Popen] = set()  # the configurations' processes, until they end
+STARTING = threading.Lock()  # held while a run starts, and while a stop ends the starts
+STOPPING = threading.Event()
 
 
 def start(cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Output to a file: a pipe left unread while a sibling runs would stall the run."""
+    """Output to a file: a pipe left unread while a sibling runs would stall the run. Called
+    holding ``STARTING``: a stop finds every process started in ``RUNNING``."""
     with log.open("w") as sink:
         proc = subprocess.Popen(cmd, env=env, stdout=sink, stderr=subprocess.STDOUT)
     RUNNING.add(proc)
@@ -224,9 +231,12 @@ def stopped(out: Path, done: Callable[[], str]) -> Callable[[Signal], None]:
 
     def stop(signum: Signal) -> None:
         finished = done()  # before the runs stopped now end (as failed ones)
-        for proc in list(RUNNING):
+        with STARTING:  # every run that started is in RUNNING, and none starts after
+            STOPPING.set()
+        under_way = list(RUNNING)
+        for proc in under_way:
             proc.terminate()  # a run records it, as a stopped run does
-        for proc in list(RUNNING):
+        for proc in under_way:
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
@@ -235,7 +245,7 @@ def stopped(out: Path, done: Callable[[], str]) -> Callable[[Signal], None]:
         said = f"error: interrupted by {signum.name} after {finished}: no bench.json written; "
         said += f"each run's output is in {out / 'runs'}\n"
         os.write(2, said.encode())
-        os._exit(128 + signum)  # not sys.exit: the pool's threads would start the next runs
+        os._exit(128 + signum)  # not sys.exit: the pool's threads would wait on their runs
 
     return stop
 

@@ -83,15 +83,20 @@ BENCH_FILES = ("bench.json", "bench.md", "runs")  # what a bench writes into its
 
 
 def keep_earlier(out: Path) -> Path | None:
-    """An earlier bench in ``out`` moved to ``out/earlier/<when it was written>``, where the new
-    one leaves it (it had replaced the earlier figures); that folder, or None."""
-    earlier = out / "bench.json"
-    if not earlier.is_file():
+    """An earlier bench in ``out`` (finished, or stopped: its runs alone) moved to
+    ``out/earlier/<when it was written>``, where the new one leaves it (it had replaced the
+    earlier figures); that folder, or None."""
+    there = [out / name for name in BENCH_FILES if (out / name).exists()]
+    if not there:
         return None
-    written = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(earlier.stat().st_mtime))
-    kept = out / "earlier" / written
-    kept.mkdir(parents=True, exist_ok=True)
-    for name in BENCH_FILES:
-        if (out / name).exists():
-            (out / name).rename(kept / name)
+    written = time.localtime(max(path.stat().st_mtime for path in there))
+    kept = out / "earlier" / time.strftime("%Y-%m-%d_%H-%M-%S", written)
+    for number in range(2, 10**6):  # two benches written within a second: one folder each
+        try:
+            kept.mkdir(parents=True)
+            break
+        except FileExistsError:
+            kept = kept.with_name(f"{kept.name.split('+')[0]}+{number}")
+    for path in there:
+        path.rename(kept / path.name)
     return kept
