@@ -913,7 +913,8 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(
     assert said.startswith(f"{last}, the checkpoint this run folder continues, {damaged}"), said
     if not keeps_previous:
         assert said.endswith(
-            "; this run keeps no older checkpoint: train again in another hydra.run.dir (or none)"
+            "; this run keeps no older checkpoint; train again in another hydra.run.dir (or none; "
+            "in a sweep, another hydra.sweep.dir)"
         )
         assert (run / "metrics.json").read_bytes() == held
         other = tmp_path / "other"

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from multigpu.config.errors import UserError
+from multigpu.config.names import FASHION_MNIST
 from multigpu.run.evaluation import evaluate
 from multigpu.run.training import train
 from multigpu.storage.checkpoint import load_network
@@ -167,6 +168,49 @@ def test_latest_names_the_runs_folder_in_one_spelling(tmp_path):
         latest_of(f"{tmp_path}/./", {}, [])
 
 
+@pytest.mark.parametrize(
+    ("trained", "here", "refused"),
+    [
+        ((1, 1000), (42, 500), "data.seed=1"),  # two subsets drawn with other seeds
+        ((1, 1000), (42, None), None),  # all images: the run's 1000 among them
+        ((1, None), (42, 500), None),  # 500 of the images the run was tested on
+        ((1, 10000), (42, 500), None),  # a "subset" of every image is every image
+        ((42, 1000), (42, 500), None),  # the same seed: 500 of the run's 1000
+    ],
+)
+def test_eval_on_a_real_data_set_compares_the_seed_where_both_draw_a_subset(trained, here, refused):
+    from multigpu.run.evaluation import check_same_test_set
+
+    stored = {
+        "data._target_": FASHION_MNIST,
+        "data.seed": trained[0],
+        "data.test_subset": trained[1],
+    }
+    config = {"_target_": FASHION_MNIST, "seed": here[0], "test_subset": here[1]}
+    if refused is None:
+        check_same_test_set(config, "fashion_mnist", stored, "x.ckpt")
+        return
+    with pytest.raises(UserError) as error:
+        check_same_test_set(config, "fashion_mnist", stored, "x.ckpt")
+    assert str(error.value).endswith(f"would draw other images: pass {refused}")
+
+
+def test_eval_of_a_synthetic_checkpoint_says_every_setting_to_pass_at_once():
+    from multigpu.config.names import SYNTHETIC
+    from multigpu.run.evaluation import check_same_test_set
+
+    stored = {"defaults.data": "synthetic", "data._target_": SYNTHETIC, "data.seed": 7}
+    stored |= {"data.num_test": 32}
+    with pytest.raises(UserError) as error:
+        check_same_test_set(
+            {"_target_": FASHION_MNIST, "seed": 42}, "fashion_mnist", stored, "x.ckpt"
+        )
+    assert str(error.value) == (
+        "ckpt_path=x.ckpt was trained and tested on data=synthetic, and data=fashion_mnist here "
+        "would test it on other images: pass data=synthetic data.num_test=32 data.seed=7"
+    )
+
+
 @pytest.mark.subprocess
 def test_eval_of_a_checkpoint_on_another_data_set_is_one_line(finished_run):
     """A checkpoint trained on Fashion-MNIST, evaluated with ``data=synthetic``: its accuracy on
@@ -217,9 +261,16 @@ def test_eval_tests_on_the_images_its_checkpoint_was_tested_on(trained, here):
         check_same_test_set(config, "synthetic", stored, "x.ckpt")
     except UserError as refused:
         assert not (a <= b or b <= a)
-        assert re.fullmatch(r"ckpt_path=x.ckpt was tested with data\.(\w+)=\d+ during training, "
-                            r"and data\.\1=\d+ here would draw other images: pass data\.\1=\d+",
-                            str(refused))  # fmt: skip
+        said = re.fullmatch(
+            r"ckpt_path=x.ckpt was tested with (.+) during training, and (.+) here would draw "
+            r"other images: pass \1",
+            str(refused),
+        )
+        assert said is not None, str(refused)  # every setting to pass, at once
+        then = dict(kv.split("=") for kv in said[1].split())
+        here = dict(kv.split("=") for kv in said[2].split())
+        assert then.keys() == here.keys() <= {"data.seed", "data.num_test"}
+        assert all(then[k] == str(stored[k]) != here[k] for k in then)
         return
     assert a <= b or b <= a
 

@@ -315,8 +315,8 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
             instead = f" (to go on from the one before it: ckpt_path={previous} and another "
             instead += "hydra.run.dir)"
         else:
-            instead = "; this run keeps no older checkpoint: train again in another "
-            instead += f"hydra.run.dir (or none{renamed_by(os.environ)})"
+            instead = f"; {NO_OLDER} in another hydra.run.dir (or none{renamed_by(os.environ)}; "
+            instead += "in a sweep, another hydra.sweep.dir)"
         raise UserError(
             f"{last}, the checkpoint this run folder continues, {said}{instead}"
         ) from None

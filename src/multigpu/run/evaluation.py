@@ -27,6 +27,7 @@ from multigpu.config.settings import (
     Machine,
     check_evaluation,
     data_classes,
+    data_sizes,
     loader_defaults,
     plain,
     resolve_hardware,
@@ -65,25 +66,39 @@ def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
 
 def check_same_test_set(data: dict[str, Any], option: str | None, trained: dict, path: Any) -> None:
     """The checkpoint is tested on the images its run was tested on (``trained``: its stored
-    settings), as far as they are chosen: the data set, and where the images are drawn
-    (synthetic data; a ``data.test_subset`` here and there) their number and seed. On others,
-    its accuracy would be printed as its own, and unlike its record's."""
+    settings), or more or fewer of them, as far as they are chosen: the data set, and where the
+    images are drawn (synthetic data; a ``data.test_subset`` of part of the set here and there)
+    their number and seed. On others, its accuracy would be printed as its own, and unlike its
+    record's. Every setting to pass is said at once."""
     target = data.get("_target_")
-    if trained.get("data._target_", target) != target:
-        was = trained.get("defaults.data") or trained["data._target_"]
+    then_target = trained.get("data._target_", target)
+    if then_target != target:
+        was = trained.get("defaults.data") or then_target
+        keys = ("num_test", "seed") if then_target == SYNTHETIC else ()
+        drawn = [
+            f"data.{k}={as_override(trained[f'data.{k}'])}" for k in keys if f"data.{k}" in trained
+        ]
+        fix = [f"data={was}", *drawn]
         raise UserError(
             f"ckpt_path={path} was trained and tested on data={was}, and data={option or target} "
-            f"here would test it on other images: pass data={was}"
+            f"here would test it on other images: pass {' '.join(fix)}"
         )
-    subsets = data.get("test_subset") is not None and trained.get("data.test_subset") is not None
-    for key in ("num_test", "seed") if data.get("_target_") == SYNTHETIC or subsets else ():
-        here, then = data.get(key), trained.get(f"data.{key}", data.get(key))
-        if not same(here, then):
-            raise UserError(
-                f"ckpt_path={path} was tested with data.{key}={as_override(then)} during "
-                f"training, and data.{key}={as_override(here)} here would draw other images: "
-                f"pass data.{key}={as_override(then)}"
-            )
+    size = (data_sizes(data) or (None, None))[1]
+    parts = [part(data.get("test_subset"), size), part(trained.get("data.test_subset"), size)]
+    drawn = ("num_test", "seed") if target == SYNTHETIC or all(parts) else ()
+    changed = [k for k in drawn if not same(data.get(k), trained.get(f"data.{k}", data.get(k)))]
+    if changed:
+        then = " ".join(f"data.{k}={as_override(trained[f'data.{k}'])}" for k in changed)
+        here = " ".join(f"data.{k}={as_override(data.get(k))}" for k in changed)
+        raise UserError(
+            f"ckpt_path={path} was tested with {then} during training, and {here} here would "
+            f"draw other images: pass {then}"
+        )
+
+
+def part(subset: Any, size: int | None) -> bool:
+    """Whether ``data.test_subset`` draws part of a test set of ``size`` images (not all)."""
+    return subset is not None and (size is None or subset < size)
 
 
 def evaluate(cfg: DictConfig) -> dict[str, Any]:
