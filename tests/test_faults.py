@@ -531,6 +531,27 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     )
 
 
+def test_weights_that_overflow_after_the_last_step_are_a_divergence(tmp_path):
+    """lr 1e24 and one step: its loss is finite (taken before the update), but the weights it
+    leaves overflow in the forward pass. The run had been recorded ``completed``, with the test
+    accuracy of NaN outputs (eval.py repeated it), and an Optuna trial told COMPLETE."""
+    from conftest import compose_config
+
+    from multigpu.config.errors import Diverged
+    from multigpu.run.training import train
+
+    run = tmp_path / "run"
+    overrides = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    cfg = compose_config([*overrides, "data.batch_size=64", "model.optimizer.lr=1e24"], run)
+    with pytest.raises(Diverged) as diverged:
+        train(cfg)
+    said = str(diverged.value)
+    assert said.startswith("training diverged: the test loss is NaN or infinite after step 1 ")
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["status"] == "diverged" and record["reason"] == said
+    assert record["epochs"] == 0 and not (run / "checkpoints" / "last.ckpt").exists()
+
+
 @pytest.mark.parametrize("accumulate,bad", [(1, 3), (2, 3), (2, 2)])
 def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, bad, tmp_path):
     """The window is checked after its steps, by when a schedule has moved the lr on (a cosine

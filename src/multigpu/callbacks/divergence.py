@@ -67,25 +67,32 @@ class DivergenceGuard(Callback):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.check(trainer)
+        # The epoch's last update is in no training loss: the weights it left, and the
+        # evaluation just run with them, are checked too (with the window, one synchronisation);
+        # else weights that overflow only in the forward pass were evaluated and recorded.
+        self.check(trainer, after_epoch(trainer, pl_module))
 
-    def check(self, trainer: Trainer) -> None:
+    def check(self, trainer: Trainer, after: dict[str, Tensor] | None = None) -> None:
         if not self._losses:
             return
         losses, lrs, places = torch.stack(self._losses).float(), self._lrs, self._places
         self._losses, self._lrs, self._places = [], [], []
         finite = torch.isfinite(losses)
-        bad_here = not bool(finite.all())
+        fine = torch.stack([finite.all(), *(after or {}).values()]).all()
+        bad_here = not bool(fine)
         if not trainer.strategy.reduce_boolean_decision(bad_here, all=False):
             return
-        if bad_here:
+        if bad_here and not bool(finite.all()):
             index = int((~finite).nonzero()[0])
             value, place, lr = losses[index].item(), places[index], lrs[index]
-        else:  # another DDP process saw it first
-            value, place, lr = math.nan, places[-1], lrs[-1]
-        raise Diverged(self.message(trainer, value, place, lr))
+            raise Diverged(self.message(trainer, f"loss is {value} at", place, lr))
+        # What the epoch's last step left here, or what another DDP process saw first.
+        bad = [name for name, ok in (after or {}).items() if not bool(ok)] if bad_here else []
+        said = f"{bad[0]} NaN or infinite after" if bad else "loss is nan at"
+        raise Diverged(self.message(trainer, said, places[-1], lrs[-1]))
 
-    def message(self, trainer: Trainer, value: float, place: tuple[int, int], lr: float) -> str:
+    def message(self, trainer: Trainer, what: str, place: tuple[int, int], lr: float) -> str:
+        """``what`` went wrong (``loss is nan at``), where, and how to go on."""
         last = self.checkpoint_dir / "last.ckpt" if self.checkpoint_dir else None
         if last is not None and last.is_file():
             kept = f"kept the last good checkpoint {last} (after epoch {trainer.current_epoch})"
@@ -94,10 +101,23 @@ class DivergenceGuard(Callback):
         (step, batch), epoch = place, trainer.current_epoch + 1
         batch = f", batch {batch + 1}" if trainer.accumulate_grad_batches > 1 else ""
         return (
-            f"training diverged: loss is {value} at step {step} (epoch {epoch}{batch}) with lr "
+            f"training diverged: {what} step {step} (epoch {epoch}{batch}) with lr "
             f"{lr:g}; {kept}: lower model.optimizer.lr and train again"
         )
 
 
 def current_lr(trainer: Trainer) -> float:
     return trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
+
+
+def after_epoch(trainer: Trainer, module: LightningModule) -> dict[str, Tensor]:
+    """Whether the weights (every floating parameter and buffer) and the losses the epoch's
+    evaluation logged are finite, each a tensor on its device (no host synchronisation here)."""
+    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
+    checks = {"the weights are": torch.stack([torch.isfinite(t).all() for t in tensors]).all()}
+    device = checks["the weights are"].device
+    for name, value in trainer.callback_metrics.items():
+        if name.endswith("/loss") and not name.startswith("train/"):
+            finite = torch.isfinite(torch.as_tensor(value)).all()
+            checks[f"the {name.replace('/', ' ')} is"] = finite.to(device)
+    return checks
