@@ -166,7 +166,7 @@ def admit(
         check_places_apart(places, sweep)
         check_logger_folder_new(cfg, places, folders[RUN_FOLDER])
     checkpoints = checkpoint_folder(folders)
-    own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero)
+    own = folder_state(folders[RUN_FOLDER], checkpoints, settings, run.max_epochs, rank_zero, sweep)
     if own.finished is not None:
         return Admission(run, settings, finished=own.finished)
     if rank_zero:
@@ -868,6 +868,7 @@ def folder_state(
     settings: dict[str, Any],
     max_epochs: int | None,
     rank_zero: bool,
+    sweep: Path | None = None,
 ) -> Folder:
     """What the run folder already holds: nothing, the same run unfinished (continued from its
     last checkpoint in ``checkpoints``), the same run finished (nothing to run), or another run
@@ -900,13 +901,22 @@ def folder_state(
             and not stopped_by_a_limit(previous)
             and wants_more(epochs, max_epochs)
         ):
-            raise OccupiedFolder(
+            finished = (
                 f"{output_dir} holds this run completed after {epochs} epoch(s): a finished "
-                f"result is not trained further in place; resume it into a new folder with "
+                "result is not trained further in place; "
+            )
+            apart = "" if is_within(checkpoints, output_dir) else f" and {CHECKPOINT_FOLDER}"
+            if sweep is not None:  # each job from its own checkpoint: the newest of its settings
+                raise OccupiedFolder(
+                    f"{finished}resume the sweep into a new one with ckpt_path=latest "
+                    f"{as_typed(sweep, 'paths.runs_dir')} trainer.max_epochs={max_epochs}, and a "
+                    f"hydra.sweep.dir outside it{apart}"
+                )
+            raise OccupiedFolder(
+                f"{finished}resume it into a new folder with "
                 f"{as_typed(last) if last.is_file() else checkpoint_elsewhere()} "
                 f"trainer.max_epochs={max_epochs}, and another hydra.run.dir or none"
-                f"{renamed_by(os.environ)} (in a sweep, another hydra.sweep.dir)"
-                + ("" if is_within(checkpoints, output_dir) else f" and {CHECKPOINT_FOLDER}")
+                f"{renamed_by(os.environ)}{apart}"
             )
         return Folder(finished=previous)
     history = previous.get("history")

@@ -90,16 +90,16 @@ class Checked:
         return checkpoint if canonical(path) == canonical(self.path) else None
 
 
-def as_typed(checkpoint: Path) -> str:
-    """``ckpt_path=<checkpoint>`` as it is pasted back: the path in Hydra's quotes where it has
-    characters Hydra's grammar does not take bare (a space, a letter beyond ASCII), the whole
-    in the shell's where the shell would read one."""
+def as_typed(checkpoint: Path, key: str = "ckpt_path") -> str:
+    """``ckpt_path=<checkpoint>`` (or another ``key``'s path) as it is pasted back: the path in
+    Hydra's quotes where it has characters Hydra's grammar does not take bare (a space, a letter
+    beyond ASCII), the whole in the shell's where the shell would read one."""
     path = str(checkpoint)
     if not set(path) <= {*SAFE, "/"}:
         path = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", path)  # OmegaConf's: not read
         path = re.sub(r'(\\*)"', lambda m: m[1] * 2 + '\\"', path)  # Hydra's: a quote in it
         path = '"' + re.sub(r"(\\+)$", lambda m: m[1] * 2, path) + '"'  # and before its end
-    return shlex.quote(f"ckpt_path={path}")
+    return shlex.quote(f"{key}={path}")
 
 
 def resume_hint(
