@@ -998,7 +998,7 @@ def test_a_completed_run_is_finished_where_its_limit_stopped_it(tmp_path, ran_wi
     else:
         with pytest.raises(OccupiedFolder, match="not trained further in place") as refused:
             admit(more, hydra_runtime(more)[0], Machine(0, 2, {}, False), tmp_path)
-        assert str(refused.value).endswith("another hydra.sweep.dir)")
+        assert str(refused.value).endswith("and another hydra.run.dir or none")
 
 
 def test_a_completed_run_with_its_own_checkpoint_folder_is_told_to_change_that_too(tmp_path):
@@ -1010,15 +1010,14 @@ def test_a_completed_run_with_its_own_checkpoint_folder_is_told_to_change_that_t
     record.claim([])
     record.add_epoch({"epoch": 1, "test_acc": 0.5, "train_loss": 1.0})
     record.finish(COMPLETED)
-    for checkpoints, ending in (
-        (tmp_path / "checkpoints", "hydra.sweep.dir)"),
-        (
-            tmp_path.parent / "ck",
-            "hydra.sweep.dir) and callbacks.checkpoint.dirpath",
-        ),
+    sweep = tmp_path.parent
+    for checkpoints, in_sweep, ending in (
+        (tmp_path / "checkpoints", None, "another hydra.run.dir or none"),
+        (sweep / "ck", None, "another hydra.run.dir or none and callbacks.checkpoint.dirpath"),
+        (sweep / "ck", sweep, "a hydra.sweep.dir outside it and callbacks.checkpoint.dirpath"),
     ):
         with pytest.raises(OccupiedFolder, match="not trained further in place") as refused:
-            folder_state(tmp_path, checkpoints, {"seed": 1}, 3, True)
+            folder_state(tmp_path, checkpoints, {"seed": 1}, 3, True, in_sweep)
         assert str(refused.value).endswith(ending)
 
 
