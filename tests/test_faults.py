@@ -531,10 +531,12 @@ def test_an_extended_run_follows_its_new_cosine_schedule(tmp_path, data_root):
     )
 
 
-def test_weights_that_overflow_after_the_last_step_are_a_divergence(tmp_path):
+@pytest.mark.parametrize("window", [10, 1])
+def test_weights_that_overflow_after_the_last_step_are_a_divergence(window, tmp_path):
     """lr 1e24 and one step: its loss is finite (taken before the update), but the weights it
     leaves overflow in the forward pass. The run had been recorded ``completed``, with the test
-    accuracy of NaN outputs (eval.py repeated it), and an Optuna trial told COMPLETE."""
+    accuracy of NaN outputs (eval.py repeated it), and an Optuna trial told COMPLETE. Also where
+    the step's own check has just emptied the window (``check_finite_every_n_steps=1``)."""
     from conftest import compose_config
 
     from multigpu.config.errors import Diverged
@@ -542,7 +544,8 @@ def test_weights_that_overflow_after_the_last_step_are_a_divergence(tmp_path):
 
     run = tmp_path / "run"
     overrides = [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
-    cfg = compose_config([*overrides, "data.batch_size=64", "model.optimizer.lr=1e24"], run)
+    overrides += [f"check_finite_every_n_steps={window}", "data.batch_size=64"]
+    cfg = compose_config([*overrides, "model.optimizer.lr=1e24"], run)
     with pytest.raises(Diverged) as diverged:
         train(cfg)
     said = str(diverged.value)

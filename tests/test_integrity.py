@@ -1014,7 +1014,7 @@ def test_a_completed_run_with_its_own_checkpoint_folder_is_told_to_change_that_t
     for checkpoints, in_sweep, ending in (
         (tmp_path / "checkpoints", None, "another hydra.run.dir or none"),
         (sweep / "ck", None, "another hydra.run.dir or none and callbacks.checkpoint.dirpath"),
-        (sweep / "ck", sweep, "a hydra.sweep.dir outside it and callbacks.checkpoint.dirpath"),
+        (sweep / "ck", sweep, "another hydra.sweep.dir and callbacks.checkpoint.dirpath"),
     ):
         with pytest.raises(OccupiedFolder, match="not trained further in place") as refused:
             folder_state(tmp_path, checkpoints, {"seed": 1}, 3, True, in_sweep)

@@ -7,6 +7,7 @@ import csv
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -569,26 +570,27 @@ def test_a_sweep_whose_job_failed_ends_saying_how_to_run_it_again(tmp_path):
 def test_a_finished_sweep_is_trained_further_as_its_refusal_says(tmp_path):
     """More epochs for a finished sweep: the refusal had advised job 0's checkpoint for every
     job (the others were then refused as trained with other settings). Each job goes on from
-    its own checkpoint, the newest of its settings in the old sweep."""
+    its own checkpoint, also where two jobs compute the same (another strategy), which
+    ``ckpt_path=latest`` could not tell apart."""
     sweep, more = tmp_path / "sweep", tmp_path / "more"
-    command = ["-m", *TINY, "data=synthetic", "data.num_train=64", "data.num_test=32", "seed=1,2"]
+    command = ["-m", *TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
+    command += ["strategy=single,scatter_allreduce"]
     first = run_script("train.py", *command, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     assert first.returncode == 0, first.stderr[-3000:]
     again = run_script(
         "train.py", *command, "trainer.max_epochs=2", f"hydra.sweep.dir={sweep}", cwd=tmp_path
     )
     assert again.returncode == 2
+    own = f"'ckpt_path={sweep}/${{hydra:sweep.subdir}}/checkpoints/last.ckpt'"
     advice = (
-        f"resume the sweep into a new one with ckpt_path=latest paths.runs_dir={sweep} "
-        "trainer.max_epochs=2, and a hydra.sweep.dir outside it"
+        f"resume the sweep into a new one with {own} trainer.max_epochs=2, and another "
+        "hydra.sweep.dir"
     )
     assert again.stderr.strip().splitlines()[-1].endswith(advice), again.stderr[-3000:]
-    advised = advice.split(" with ")[1].removesuffix(", and a hydra.sweep.dir outside it")
-    resumed = run_script(
-        "train.py", *command, *advised.split(), f"hydra.sweep.dir={more}", cwd=tmp_path
-    )
+    advised = shlex.split(advice.split(" with ")[1].removesuffix(", and another hydra.sweep.dir"))
+    resumed = run_script("train.py", *command, *advised, f"hydra.sweep.dir={more}", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    for job in ("seed_1", "seed_2"):
+    for job in ("strategy_single", "strategy_scatter_allreduce"):
         record = json.loads((more / job / "metrics.json").read_text())
         assert record["epochs"] == 2 and record["status"] == "completed"
         origin = str(sweep / job / "checkpoints" / "last.ckpt")

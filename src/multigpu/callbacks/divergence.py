@@ -34,6 +34,8 @@ class DivergenceGuard(Callback):
         self._lr = math.nan  # the lr of the latest optimizer step (``on_before_optimizer_step``)
         self._step = 0  # the optimizer step the current batch is part of
         self._stepped = False  # whether the current batch closed its step (its lr is known)
+        self._last: tuple[tuple[int, int], float] = ((0, 0), math.nan)  # latest (place, lr)
+        self._evaluated = False  # whether the epoch evaluated (its logged losses are its own)
 
     @override
     def on_train_batch_end(
@@ -47,6 +49,7 @@ class DivergenceGuard(Callback):
         # A batch that closed its step: that step's lr; one whose step is still to come (under
         # accumulation): the lr it will start from.
         self._lrs.append(self._lr if self._stepped else current_lr(trainer))
+        self._last = (self._places[-1], self._lrs[-1])
         if len(self._losses) >= self.every:
             self.check(trainer)
 
@@ -66,30 +69,40 @@ class DivergenceGuard(Callback):
         self._lr, self._stepped = optimizer.param_groups[0]["lr"], True
 
     @override
+    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._evaluated = False
+
+    @override
+    def on_validation_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._evaluated = self._evaluated or not trainer.sanity_checking
+
+    @override
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         # The epoch's last update is in no training loss: the weights it left, and the
-        # evaluation just run with them, are checked too (with the window, one synchronisation);
-        # else weights that overflow only in the forward pass were evaluated and recorded.
-        self.check(trainer, after_epoch(trainer, pl_module))
+        # evaluation just run with them, are checked too (with what is left of the window, one
+        # synchronisation); else weights that overflow only in the forward pass were evaluated
+        # and recorded.
+        self.check(trainer, after_epoch(trainer, pl_module, self._evaluated))
 
     def check(self, trainer: Trainer, after: dict[str, Tensor] | None = None) -> None:
-        if not self._losses:
+        if not self._losses and not after:
             return
-        losses, lrs, places = torch.stack(self._losses).float(), self._lrs, self._places
+        losses = torch.stack(self._losses).float() if self._losses else None
+        lrs, places = self._lrs, self._places
         self._losses, self._lrs, self._places = [], [], []
-        finite = torch.isfinite(losses)
-        fine = torch.stack([finite.all(), *(after or {}).values()]).all()
-        bad_here = not bool(fine)
+        finite = torch.isfinite(losses) if losses is not None else None
+        parts = ([finite.all()] if finite is not None else []) + list((after or {}).values())
+        bad_here = not bool(torch.stack(parts).all())
         if not trainer.strategy.reduce_boolean_decision(bad_here, all=False):
             return
-        if bad_here and not bool(finite.all()):
+        if bad_here and finite is not None and not bool(finite.all()):
             index = int((~finite).nonzero()[0])
             value, place, lr = losses[index].item(), places[index], lrs[index]
             raise Diverged(self.message(trainer, f"loss is {value} at", place, lr))
         # What the epoch's last step left here, or what another DDP process saw first.
         bad = [name for name, ok in (after or {}).items() if not bool(ok)] if bad_here else []
         said = f"{bad[0]} NaN or infinite after" if bad else "loss is nan at"
-        raise Diverged(self.message(trainer, said, places[-1], lrs[-1]))
+        raise Diverged(self.message(trainer, said, *self._last))
 
     def message(self, trainer: Trainer, what: str, place: tuple[int, int], lr: float) -> str:
         """``what`` went wrong (``loss is nan at``), where, and how to go on."""
@@ -110,13 +123,16 @@ def current_lr(trainer: Trainer) -> float:
     return trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else math.nan
 
 
-def after_epoch(trainer: Trainer, module: LightningModule) -> dict[str, Tensor]:
-    """Whether the weights (every floating parameter and buffer) and the losses the epoch's
-    evaluation logged are finite, each a tensor on its device (no host synchronisation here)."""
-    tensors = [t for t in (*module.parameters(), *module.buffers()) if t.is_floating_point()]
-    checks = {"the weights are": torch.stack([torch.isfinite(t).all() for t in tensors]).all()}
+def after_epoch(trainer: Trainer, module: LightningModule, evaluated: bool) -> dict[str, Tensor]:
+    """Whether the weights and (``evaluated`` this epoch: else they are an earlier epoch's) the
+    losses the evaluation logged are finite, each a tensor on its device (no host
+    synchronisation here). Parameters only: a buffer may hold infinities by design (a mask)."""
+    params = [p for p in module.parameters() if p.is_floating_point()]
+    if not params:
+        return {}
+    checks = {"the weights are": torch.stack([torch.isfinite(p).all() for p in params]).all()}
     device = checks["the weights are"].device
-    for name, value in trainer.callback_metrics.items():
+    for name, value in trainer.callback_metrics.items() if evaluated else ():
         if name.endswith("/loss") and not name.startswith("train/"):
             finite = torch.isfinite(torch.as_tensor(value)).all()
             checks[f"the {name.replace('/', ' ')} is"] = finite.to(device)

@@ -53,6 +53,7 @@ from multigpu.run.resume import (
     Resume,
     allowed_changes,
     as_typed,
+    each_job_from,
     plan_init,
     plan_resume,
 )
@@ -906,11 +907,11 @@ def folder_state(
                 "result is not trained further in place; "
             )
             apart = "" if is_within(checkpoints, output_dir) else f" and {CHECKPOINT_FOLDER}"
-            if sweep is not None:  # each job from its own checkpoint: the newest of its settings
+            if sweep is not None:  # each job from its own checkpoint
+                own = each_job_from(sweep) if not apart else checkpoint_elsewhere()
                 raise OccupiedFolder(
-                    f"{finished}resume the sweep into a new one with ckpt_path=latest "
-                    f"{as_typed(sweep, 'paths.runs_dir')} trainer.max_epochs={max_epochs}, and a "
-                    f"hydra.sweep.dir outside it{apart}"
+                    f"{finished}resume the sweep into a new one with {own} "
+                    f"trainer.max_epochs={max_epochs}, and another hydra.sweep.dir{apart}"
                 )
             raise OccupiedFolder(
                 f"{finished}resume it into a new folder with "

@@ -94,12 +94,27 @@ def as_typed(checkpoint: Path, key: str = "ckpt_path") -> str:
     """``ckpt_path=<checkpoint>`` (or another ``key``'s path) as it is pasted back: the path in
     Hydra's quotes where it has characters Hydra's grammar does not take bare (a space, a letter
     beyond ASCII), the whole in the shell's where the shell would read one."""
-    path = str(checkpoint)
+    return shlex.quote(f"{key}={hydra_value(str(checkpoint))}")
+
+
+def hydra_value(path: str) -> str:
+    """``path`` as Hydra's grammar reads it back as that text (in its quotes where needed)."""
     if not set(path) <= {*SAFE, "/"}:
         path = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", path)  # OmegaConf's: not read
         path = re.sub(r'(\\*)"', lambda m: m[1] * 2 + '\\"', path)  # Hydra's: a quote in it
         path = '"' + re.sub(r"(\\+)$", lambda m: m[1] * 2, path) + '"'  # and before its end
-    return shlex.quote(f"{key}={path}")
+    return path
+
+
+JOB = "JOB"  # where a job's folder goes in ``each_job_from``
+
+
+def each_job_from(sweep: Path) -> str:
+    """``ckpt_path`` for every job of a sweep run again into a new one: its own job's checkpoint
+    in ``sweep`` (the new sweep names each job's folder alike, by its swept values; jobs of equal
+    settings, ``strategy=dp,ddp``, are told apart by it as ``ckpt_path=latest`` cannot)."""
+    head, _, tail = hydra_value(str(sweep / JOB / "checkpoints" / LAST)).rpartition(f"/{JOB}/")
+    return shlex.quote(f"ckpt_path={head}/${{hydra:sweep.subdir}}/{tail}")
 
 
 def resume_hint(

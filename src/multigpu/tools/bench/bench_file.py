@@ -87,8 +87,8 @@ def keep_earlier(out: Path) -> Path | None:
     ``out/earlier/<when it was written>``, where the new one leaves it (it had replaced the
     earlier figures); that folder, or None."""
     there = [out / name for name in BENCH_FILES if (out / name).exists()]
-    if not there:
-        return None
+    if not (out / "bench.json").exists() and not any((out / "runs").glob("*.log")):
+        return None  # no bench's: a bench leaves each run's log
     written = time.localtime(max(path.stat().st_mtime for path in there))
     kept = out / "earlier" / time.strftime("%Y-%m-%d_%H-%M-%S", written)
     for number in range(2, 10**6):  # two benches written within a second: one folder each
