@@ -197,6 +197,21 @@ def slurm_sweep(cwd: Path, *overrides: str, timeout: float = 300) -> subprocess.
     )
 
 
+# Two jobs of 3 epochs of 4 steps, each step of epochs 2 and 3 slowed (by the seconds given).
+SLOW_SWEEP = [
+    *("hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"),
+    *(*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"),
+    *("data.batch_size=16", "trainer.max_epochs=3", "seed=1,2"),
+    *("+callbacks.slow._target_=probes.SlowAfterEpoch", "+callbacks.slow.epoch=1"),
+]
+
+
+def start_slurm_sweep(cwd: Path, *overrides: str) -> subprocess.Popen:
+    """``slurm_sweep``, started: its stderr to read once it ends."""
+    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm", *overrides]
+    return subprocess.Popen(command, cwd=cwd, env=environment(), stderr=subprocess.PIPE, text=True)
+
+
 def read_summary(sweep: Path) -> list[dict[str, str]]:
     with open(sweep / "summary.csv") as f:
         return list(csv.DictReader(f))
@@ -224,19 +239,8 @@ def test_a_stopped_slurm_sweep_stops_its_jobs_and_its_command_continues_them(slu
     and the sweep's command run again submitted them a second time), each records it with its
     checkpoint, and the command the line names finishes them."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-    command += ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
-    command += [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
-    command += ["data.batch_size=16", "trainer.max_epochs=3", "seed=1,2"]  # 4 steps an epoch
-    command += ["+callbacks.slow._target_=probes.SlowAfterEpoch"]  # each step of epochs 2, 3
-    command += ["+callbacks.slow.epoch=1", "+callbacks.slow.seconds=5"]
-    started = subprocess.Popen(
-        [*command, f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path,
-        env=environment(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    overrides = [*SLOW_SWEEP, "+callbacks.slow.seconds=5"]
+    started = start_slurm_sweep(tmp_path, *overrides, f"hydra.sweep.dir={sweep}")
     deadline = time.monotonic() + 240
     while not all((sweep / f"seed_{n}" / "checkpoints" / "last.ckpt").is_file() for n in (1, 2)):
         assert started.poll() is None and time.monotonic() < deadline
@@ -258,9 +262,7 @@ def test_a_stopped_slurm_sweep_stops_its_jobs_and_its_command_continues_them(slu
         assert record["status"] == "interrupted", record
 
     advised = said[0].split(" with ")[1].removesuffix(" runs the jobs left")
-    again = subprocess.run(
-        [*command, advised], cwd=tmp_path, env=environment(), capture_output=True, text=True
-    )
+    again = slurm_sweep(tmp_path, *overrides, advised)
     assert again.returncode == 0, again.stderr[-3000:]
     assert [(r["job"], r["status"]) for r in read_summary(sweep)] == [
         ("seed_1", "completed"),
@@ -275,19 +277,8 @@ def test_a_slurm_job_cancelled_alone_leaves_its_sweep_going_and_says_how_to_go_o
     sweep's other job completes, its last line says the same, and following it completes the
     cancelled job."""
     sweep = tmp_path / "sweep"
-    command = [sys.executable, str(REPO / "train.py"), "-m", "hydra/launcher=slurm"]
-    command += ["hydra.launcher.partition=cpu", f"hydra.launcher.name={JOB_NAME}"]
-    command += [*TINY, "data=synthetic", "data.num_train=64", "data.num_test=32"]
-    command += ["data.batch_size=16", "trainer.max_epochs=3", "seed=1,2"]
-    command += ["+callbacks.slow._target_=probes.SlowAfterEpoch"]
-    command += ["+callbacks.slow.epoch=1", "+callbacks.slow.seconds=3"]
-    started = subprocess.Popen(
-        [*command, f"hydra.sweep.dir={sweep}"],
-        cwd=tmp_path,
-        env=environment(),
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    overrides = [*SLOW_SWEEP, "+callbacks.slow.seconds=3"]
+    started = start_slurm_sweep(tmp_path, *overrides, f"hydra.sweep.dir={sweep}")
     deadline = time.monotonic() + 240
     while not (sweep / "seed_1" / "checkpoints" / "last.ckpt").is_file():
         assert started.poll() is None and time.monotonic() < deadline
@@ -306,7 +297,7 @@ def test_a_slurm_job_cancelled_alone_leaves_its_sweep_going_and_says_how_to_go_o
     assert cancelled["reason"].endswith(f"; {goes_on}, once it has ended, runs the jobs left")
     assert [r["status"] for r in read_summary(sweep)] == ["interrupted", "completed"]
 
-    again = slurm_sweep(tmp_path, *command[4:], f"hydra.sweep.dir={sweep}")
+    again = slurm_sweep(tmp_path, *overrides, f"hydra.sweep.dir={sweep}")
     assert again.returncode == 0, again.stderr[-3000:]
     assert [r["status"] for r in read_summary(sweep)] == ["completed", "completed"]
 
