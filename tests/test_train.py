@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -225,6 +226,30 @@ def test_eval_of_a_checkpoint_on_another_data_set_is_one_line(finished_run):
         f"error: ckpt_path={checkpoint} was trained and tested on data=fashion_mnist, and "
         "data=synthetic here would test it on other images: pass data=fashion_mnist"
     ]
+
+
+@pytest.mark.subprocess
+def test_eval_refuses_another_data_set_from_the_runs_record_before_reading_the_checkpoint(
+    finished_run, tmp_path
+):
+    """A checkpoint in its run's folder is refused by its run's ``metrics.json`` before torch
+    loads it (a second, not ten): here the file is not even a checkpoint, and the data's
+    refusal comes first; without the record, the file's own."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    checkpoint = run / "checkpoints" / "last.ckpt"
+    checkpoint.write_bytes(b"not a checkpoint")
+    shutil.copy(finished_run / "metrics.json", run / "metrics.json")
+    command = ("eval.py", f"ckpt_path={checkpoint}", "trainer.accelerator=cpu")
+    result = run_script(*command, "data=synthetic", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "was trained and tested on data=fashion_mnist" in result.stderr
+    result = run_script(*command, "data=synthetic", "data.num_classes=5", cwd=tmp_path)
+    assert "was trained on 10 classes and the data has 5" in result.stderr
+    (run / "metrics.json").unlink()
+    result = run_script(*command, "data=synthetic", cwd=tmp_path)
+    assert result.returncode == 2 and "data=fashion_mnist" not in result.stderr
+    assert "not a checkpoint" in result.stderr or "cannot be read" in result.stderr
 
 
 @examples(40)

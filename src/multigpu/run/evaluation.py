@@ -34,7 +34,7 @@ from multigpu.config.settings import (
 )
 from multigpu.run.cli import hydra_runtime
 from multigpu.run.command_line import check_evaluation_overrides
-from multigpu.run.resume import find_checkpoint
+from multigpu.run.resume import find_checkpoint, settings_beside
 
 # What eval.py reads of its config (a data set's option sets its _target_; paths, runs_dir).
 EVALUATION_NEEDS = ("ckpt_path", "data._target_", "trainer", "paths.runs_dir")
@@ -62,6 +62,22 @@ def trained_matmul_precision(checkpoint: dict[str, Any], path: Any) -> str:
             f"{', '.join(MATMUL_PRECISIONS)}: it was not written by train.py"
         )
     return value
+
+
+def prefixed(prefix: str, values: dict[str, Any]) -> dict[str, Any]:
+    return {f"{prefix}{key}": value for key, value in values.items()}
+
+
+def check_same_data(data: dict[str, Any], option: str | None, trained: dict, path: Any) -> None:
+    """The data's classes are the network's, and its test set the run's (``trained``: the
+    settings of the checkpoint's run, from its record or from the checkpoint itself)."""
+    outputs, classes = trained.get("model.net.num_classes", 10), data_classes(data)
+    if classes is not None and outputs != classes:
+        raise UserError(
+            f"ckpt_path={path} was trained on {outputs} classes and the data has {classes}: "
+            f"evaluate it on data with {outputs} classes (the data its run had)"
+        )
+    check_same_test_set(data, option, trained, path)
 
 
 def check_same_test_set(data: dict[str, Any], option: str | None, trained: dict, path: Any) -> None:
@@ -147,6 +163,10 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
         )
     accelerator, ids, precision = resolve_hardware(config_tree(cfg)["trainer"], Machine.this(False))
     device = ids[0]  # evaluation runs on one device
+    data = plain(cfg.data)
+    data.pop("batch_size_per_device", None)  # a training-time scaling rule
+    if (recorded := settings_beside(path)) is not None:  # its run's record: before torch
+        check_same_data(data, choices_of(cfg).get("data"), recorded, path)
 
     from multigpu.storage.checkpoint import load_checkpoint, network
 
@@ -163,17 +183,10 @@ def measured(cfg: DictConfig) -> dict[str, Any]:
     from multigpu.storage.checkpoint import classifier, stored_settings
 
     module = classifier(checkpoint, path, net)
-    data = plain(cfg.data)
-    data.pop("batch_size_per_device", None)  # a training-time scaling rule
     trained_with = checkpoint.get("datamodule_hyper_parameters") or {}
     data.update({k: v for k, v in trained_with.items() if k in data})
-    trained, classes = module.hparams.net.get("num_classes", 10), data_classes(data)
-    if classes is not None and trained != classes:
-        raise UserError(
-            f"ckpt_path={path} was trained on {trained} classes and the data has {classes}: "
-            f"evaluate it on data with {trained} classes (the data its run had)"
-        )
-    check_same_test_set(data, choices_of(cfg).get("data"), stored_settings(checkpoint) or {}, path)
+    trained = {**(stored_settings(checkpoint) or {}), **prefixed("model.net.", module.hparams.net)}
+    check_same_data(data, choices_of(cfg).get("data"), trained, path)  # a checkpoint anywhere
     machine = Machine.this(False)
     data["num_workers"], data["pin_memory"] = loader_defaults(
         data, accelerator, machine.cpu_cores, 1

@@ -429,11 +429,20 @@ def check_recorded_settings(path: Path, settings: dict[str, Any], allowed: list[
     is refused at once (about a second, not ten). A record whose run changed on a resume
     (``resumed_from.changed``) may hold other settings than an older checkpoint beside it:
     the checkpoint answers, as one kept elsewhere does."""
+    if (saved := settings_beside(path)) is not None:
+        check_same_run(path, saved, settings, allowed)
+
+
+def settings_beside(path: Path) -> dict[str, Any] | None:
+    """The settings a checkpoint in its run's ``checkpoints`` folder was trained with, from its
+    run's record, read without torch; None where they may differ (a run resumed with changes)
+    or are unknown: the checkpoint's own then answer."""
     record = record_beside(path) if path.parent.name == "checkpoints" else None
     resumed = (record or {}).get("resumed_from")
     saved = (record or {}).get("settings")
     if isinstance(saved, dict) and not (isinstance(resumed, dict) and resumed.get("changed")):
-        check_same_run(path, saved, settings, allowed)
+        return saved
+    return None
 
 
 def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:
