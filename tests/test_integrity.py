@@ -891,7 +891,8 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(
     this one it would take the record back, which is refused)."""
     from multigpu.run.training import train
 
-    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    run = tmp_path / "a run"  # its name holds a space, which the line keeps whole
+    last = run / "checkpoints" / "last.ckpt"
     train(compose_config([*SYNTHETIC, "trainer.max_epochs=2"], run))
     record = json.loads((run / "metrics.json").read_text())
     (run / "metrics.json").write_text(json.dumps({**record, "status": "interrupted"}))
@@ -942,7 +943,8 @@ def test_a_run_continuing_its_own_folder_says_it_resumed(tmp_path):
 
     from multigpu.run.training import train
 
-    run, last = tmp_path / "run", tmp_path / "run" / "checkpoints" / "last.ckpt"
+    run = tmp_path / "a run"  # its name holds a space, which the line keeps whole
+    last = run / "checkpoints" / "last.ckpt"
 
     def interrupted() -> None:
         record = json.loads((run / "metrics.json").read_text())

@@ -58,7 +58,7 @@ from multigpu.run.resume import (
     plan_resume,
 )
 from multigpu.storage.atomic import check_creatable, check_names_fit
-from multigpu.storage.ckpt_path import LAST, PREVIOUS
+from multigpu.storage.ckpt_path import LAST, PREVIOUS, BadCheckpoint
 from multigpu.storage.ownership import check_free, holder, is_free
 from multigpu.storage.paths import canonical, folders_below, is_within
 from multigpu.storage.record import RUNNING, agree
@@ -296,20 +296,13 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
     record holds: the same epochs as far as both go (``check_moves_forward``'s rule for a
     ``ckpt_path`` resumed there). Another run's checkpoint put in its place would have replaced
     the record's epochs with its own. Read with torch; the run restores what was read here."""
-    from multigpu.storage.checkpoint import (
-        NO_OLDER,
-        epoch_history,
-        load_checkpoint,
-        use_the_one_before,
-    )
+    from multigpu.storage.checkpoint import NO_OLDER, epoch_history, load_checkpoint
 
     last = own.continued
     try:
         checkpoint = load_checkpoint(last)
-    except UserError as error:  # not ckpt_path=...: the command gave none
-        said = str(error).partition(" ")[2] if str(error).startswith("ckpt_path=") else str(error)
-        previous = last.with_name(PREVIOUS)
-        said = said.removesuffix(f"; {use_the_one_before(previous)}").removesuffix(f"; {NO_OLDER}")
+    except BadCheckpoint as error:  # not ckpt_path=...: the command gave none
+        said, previous = error.problem, last.with_name(PREVIOUS)
         # Resumed in this folder, the one before would take its record back: another folder;
         # with none, the same command would meet this checkpoint again.
         if previous.is_file():

@@ -40,7 +40,7 @@ from multigpu.config.errors import (
 )
 from multigpu.config.job_names import SAFE
 from multigpu.config.settings import check_max_time
-from multigpu.storage.ckpt_path import LAST, LATEST, checkpoint_file
+from multigpu.storage.ckpt_path import LAST, LATEST, BadCheckpoint, checkpoint_file
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.paths import canonical, is_within
 from multigpu.storage.record_file import BadRecord, read_record
@@ -463,7 +463,7 @@ def check_recorded_network(path: Path, net: dict[str, Any], key: str) -> None:
 
 def read_fitting(path: Path, net: dict[str, Any], key: str) -> dict[str, Any]:
     """The checkpoint at ``path``, whose weights fit the network ``net`` describes; every
-    refusal names ``key`` (the checkpoint reader's lines say ``ckpt_path``)."""
+    refusal names ``key``."""
     from multigpu.models import resnet18
     from multigpu.storage.checkpoint import check_fits, load_checkpoint
 
@@ -471,10 +471,8 @@ def read_fitting(path: Path, net: dict[str, Any], key: str) -> dict[str, Any]:
         checkpoint = load_checkpoint(path)
         settings = {k: v for k, v in net.items() if not k.startswith("_")}
         check_fits(path, checkpoint, resnet18(**settings), settings)
-    except UserError as err:
-        if key == "ckpt_path":
-            raise
-        raise UserError(str(err).replace(f"ckpt_path={path}", f"{key}={path}")) from None
+    except BadCheckpoint as err:  # the reader's lines say ckpt_path
+        raise err.said_of(key) from None
     return checkpoint
 
 

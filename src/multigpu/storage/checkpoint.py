@@ -19,12 +19,12 @@ import torch
 from pydantic import ValidationError
 from torch import nn
 
-from multigpu.config.errors import UserError, as_override, summary_line
+from multigpu.config.errors import as_override, summary_line
 from multigpu.config.names import NETWORK
 from multigpu.models import resnet18
 from multigpu.storage.checkpoint_errors import EDITED, explain
 from multigpu.storage.checkpoint_model import READ, RESUME, Checkpoint
-from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, checkpoint_file
+from multigpu.storage.ckpt_path import PREVIOUS, SETTINGS, BadCheckpoint, checkpoint_file
 
 if TYPE_CHECKING:
     from multigpu.models.classifier import ImageClassifier
@@ -72,17 +72,20 @@ def check_intact(checkpoint: Any, path: Path) -> None:
     try:
         actual = digest(checkpoint)
     except Exception as err:  # a value the digest cannot read (check_size refuses the known ones)
-        raise UserError(
-            f"ckpt_path={path} is not a readable checkpoint (its digest cannot be computed: "
-            f"{refusal(err)}): pass a .ckpt file written by train.py"
+        raise BadCheckpoint(
+            path,
+            f"is not a readable checkpoint (its digest cannot be computed: {refusal(err)}): pass "
+            "a .ckpt file written by train.py",
         ) from None
     if recorded == actual:
         return
     previous = path.with_name(PREVIOUS)
     older = use_the_one_before(previous) if previous.is_file() and previous != path else NO_OLDER
-    raise UserError(
-        f"ckpt_path={path} is damaged: its contents no longer match the digest written with "
-        f"it (a disk or copy error, or an edit); {older}"
+    raise BadCheckpoint(
+        path,
+        "is damaged: its contents no longer match the digest written with it (a disk or copy "
+        "error, or an edit)",
+        older,
     )
 
 
@@ -106,15 +109,17 @@ def check_size(checkpoint: Any, path: Path) -> None:
             what = (
                 f"nests deeper than {MAX_DEPTH}" if depth > MAX_DEPTH else "holds too many values"
             )
-            raise UserError(
-                f"ckpt_path={path} is malformed: it {what} (a checkpoint of train.py nests 7 "
-                f"deep and holds a few hundred values); {EDITED}"
+            raise BadCheckpoint(
+                path,
+                f"is malformed: it {what} (a checkpoint of train.py nests 7 deep and holds a few "
+                f"hundred values); {EDITED}",
             )
         if isinstance(value, torch.Tensor) and (value.layout != torch.strided or value.is_meta):
             kind = "meta" if value.is_meta else value.layout
-            raise UserError(
-                f"ckpt_path={path} is malformed: it holds a {kind} tensor (train.py "
-                f"writes dense ones, with their values); {EDITED}"
+            raise BadCheckpoint(
+                path,
+                f"is malformed: it holds a {kind} tensor (train.py writes dense ones, with their "
+                f"values); {EDITED}",
             )
         if isinstance(value, Mapping):
             stack.extend((item, depth + 1) for pair in value.items() for item in pair)
@@ -140,7 +145,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         else:
             said = f"is not a readable checkpoint ({refusal(err)}): pass a .ckpt file written by "
             said += "train.py"
-        raise UserError(f"ckpt_path={path} {said}") from None
+        raise BadCheckpoint(path, said) from None
     check_size(checkpoint, path)  # before the digest, which walks the whole structure
     check_intact(checkpoint, path)
     validated(checkpoint, path)  # all of it, the weights' values too
@@ -175,7 +180,7 @@ def validated(checkpoint: Any, path: str | Path, purpose: str | None = None) -> 
     try:
         return Checkpoint.model_validate(checkpoint, context=purpose)
     except ValidationError as err:
-        raise UserError(f"ckpt_path={path} {explain(err)}") from None
+        raise BadCheckpoint(path, explain(err)) from None
 
 
 def read(checkpoint: dict[str, Any]) -> Checkpoint:
@@ -216,9 +221,10 @@ def network_config(checkpoint: dict[str, Any], path: str | Path) -> dict[str, An
     known = inspect.signature(resnet18).parameters
     unknown = [f"{k}={v!r}" for k, v in config.items() if k not in known]
     if unknown:
-        raise UserError(
-            f"ckpt_path={path} has network settings this network does not take "
-            f"({', '.join(unknown)}): it was not written by this version of train.py"
+        raise BadCheckpoint(
+            path,
+            f"has network settings this network does not take ({', '.join(unknown)}): it was "
+            "not written by this version of train.py",
         )
     return config
 
@@ -237,7 +243,7 @@ def check_fits(
     configured: dict[str, Any],
     hint: str | None = None,
 ) -> None:
-    """Raise a one-line ``UserError`` naming the first parameter whose name or shape differs
+    """Raise a one-line ``BadCheckpoint`` naming the first parameter whose name or shape differs
     between the checkpoint and ``net``, built from the ``configured`` settings."""
     saved, expected = network_state(checkpoint), net.state_dict()
     trained = network_config(checkpoint, path)
@@ -258,12 +264,10 @@ def check_fits(
             )
         else:
             continue
-        raise UserError(f"ckpt_path={path} {said}; {hint}")
+        raise BadCheckpoint(path, said, hint)
     extra = sorted(set(saved) - set(expected))
     if extra:
-        raise UserError(
-            f"ckpt_path={path} has parameter {extra[0]!r} that this network lacks; {hint}"
-        )
+        raise BadCheckpoint(path, f"has parameter {extra[0]!r} that this network lacks", hint)
     check_optimizer_fits(path, checkpoint, net)
 
 
@@ -280,14 +284,14 @@ def check_optimizer_fits(path: str | Path, checkpoint: dict[str, Any], net: nn.M
         count = sum(len(group.params) for group in state.param_groups)
         if count != len(shapes):
             said = f"holds optimizer state for {count} parameters and its network has {len(shapes)}"
-            raise UserError(f"ckpt_path={path} {said}; {EDITED}")
+            raise BadCheckpoint(path, f"{said}; {EDITED}")
         for number, values in state.state.items():
             for name, value in values.shaped().items():
                 if list(value.shape) != shapes[number]:
-                    raise UserError(
-                        f"ckpt_path={path} has optimizer_states[{i}].state[{number}].{name} of "
-                        f"shape {list(value.shape)} for a parameter of shape {shapes[number]}; "
-                        f"{EDITED}"
+                    raise BadCheckpoint(
+                        path,
+                        f"has optimizer_states[{i}].state[{number}].{name} of shape "
+                        f"{list(value.shape)} for a parameter of shape {shapes[number]}; {EDITED}",
                     )
 
 
@@ -300,9 +304,7 @@ def network(checkpoint: dict[str, Any], path: str | Path) -> nn.Module:
         net = resnet18(**config)
     except Exception as err:  # the network refused a value: say which, in one line
         cause = err.__cause__ or err
-        raise UserError(
-            f"ckpt_path={path} has network settings that do not build: {cause}"
-        ) from None
+        raise BadCheckpoint(path, f"has network settings that do not build: {cause}") from None
     own = "its weights do not match its own network settings: train.py did not write it"
     check_fits(path, checkpoint, net, config, hint=own)
     net.load_state_dict(network_state(checkpoint))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import stat
 from pathlib import Path
+from typing import Any
 
 from multigpu.config.errors import UserError
 
@@ -12,6 +13,19 @@ LATEST = "latest"
 LAST = "last.ckpt"  # after every finished epoch (callbacks.LastCheckpoint)
 SETTINGS = "settings"  # the checkpoint's key for its run's settings (multigpu.config.computation)
 PREVIOUS = "previous.ckpt"  # the one before it, kept for when last.ckpt is damaged
+
+
+class BadCheckpoint(UserError):
+    """A checkpoint file refused, with the file, what is wrong with it and what to do kept
+    apart, so that a caller can say it of its own key (``init_from``) or in its own words (the
+    checkpoint a run folder continues, which the command did not name)."""
+
+    def __init__(self, path: Any, problem: str, advice: str = "", key: str = "ckpt_path"):
+        self.path, self.problem, self.advice, self.key = path, problem, advice, key
+        super().__init__(f"{key}={path} {problem}" + (f"; {advice}" if advice else ""))
+
+    def said_of(self, key: str) -> BadCheckpoint:
+        return BadCheckpoint(self.path, self.problem, self.advice, key)
 
 
 def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
@@ -25,19 +39,20 @@ def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
     try:
         mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
-        raise UserError(f"{key}={path} does not exist: pass a .ckpt file, {example}") from None
+        said = f"does not exist: pass a .ckpt file, {example}"
+        raise BadCheckpoint(path, said, key=key) from None
     except (OSError, ValueError) as err:  # no access, a link loop, a NUL in the name
         reason = getattr(err, "strerror", None) or str(err)
-        raise UserError(
-            f"{key}={path} cannot be read ({reason}): pass a .ckpt file, {example}"
+        raise BadCheckpoint(
+            path, f"cannot be read ({reason}): pass a .ckpt file, {example}", key=key
         ) from None
     if stat.S_ISDIR(mode):
         inside = next(
             (p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()),
             path / "checkpoints" / LAST,
         )
-        raise UserError(
-            f"{key}={path} is a folder: pass the checkpoint file in it, e.g. {key}={inside}"
+        raise BadCheckpoint(
+            path, f"is a folder: pass the checkpoint file in it, e.g. {key}={inside}", key=key
         )
     if not stat.S_ISREG(mode):
         kinds = {
@@ -47,7 +62,7 @@ def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
             stat.S_ISSOCK: "a socket",
         }
         kind = next((name for test, name in kinds.items() if test(mode)), "not a file")
-        raise UserError(
-            f"{key}={path} is not a regular file ({kind}): pass a .ckpt file, {example}"
+        raise BadCheckpoint(
+            path, f"is not a regular file ({kind}): pass a .ckpt file, {example}", key=key
         )
     return path
