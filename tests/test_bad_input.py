@@ -642,3 +642,68 @@ def test_a_run_folder_under_paths_runs_dir_names_that_setting_too(tmp_path, caps
     assert line.endswith(
         f"pass a writable hydra.run.dir, or a paths.runs_dir other than {runs_dir}, which holds it"
     )
+
+
+@pytest.mark.parametrize(
+    ("interval", "refused"),
+    [
+        (3, "evaluates every 3 of the 4 training batches of an epoch, so not after its last"),
+        (0.75, "evaluates every 3 of the 4 training batches of an epoch, so not after its last"),
+        (5, "is more than the 4 training batches of an epoch"),
+        (1, None),
+        (2, None),
+        (4, None),
+        (0.5, None),
+        (0.25, None),
+        (1.0, None),
+    ],
+)
+def test_an_evaluation_interval_that_misses_the_epochs_last_batch_is_refused(interval, refused):
+    """Lightning evaluates every ``val_check_interval`` batches (a fraction: of the epoch's);
+    one that does not divide the epoch's 4 batches never tests its last weights, and the epoch
+    had been recorded with the accuracy of earlier ones."""
+    from conftest import composed, resolve_on
+
+    batches = ["data.batch_size=16", f"+trainer.val_check_interval={interval}"]
+    cfg = composed([*SYNTHETIC, *batches])
+    if refused is None:
+        resolve_on(cfg)
+        return
+    with pytest.raises(UserError) as error:
+        resolve_on(cfg)
+    assert refused in str(error.value) and str(error.value).endswith("or drop it")
+
+
+def test_an_epoch_not_evaluated_after_its_last_batch_records_no_test_accuracy(
+    tmp_path, monkeypatch
+):
+    """Whatever the settings let through (a duration's evaluation falls where time says), the
+    record's test accuracy is of the weights at the epoch's end or none: here the settings'
+    refusal is taken away, the epoch evaluated after its third batch of four, and its record
+    holds no accuracy; evaluated after every second one, the accuracy eval.py measures on the
+    checkpoint."""
+    from conftest import CONF, compose_config
+    from hydra import compose, initialize_config_dir
+
+    from multigpu.config import settings
+    from multigpu.run.evaluation import evaluate
+    from multigpu.run.training import train
+
+    monkeypatch.setattr(settings, "check_val_interval", lambda trainer, batches: None)
+    for interval, run in ((3, tmp_path / "3"), (2, tmp_path / "2")):
+        overrides = [*SYNTHETIC, "data.batch_size=16", f"+trainer.val_check_interval={interval}"]
+        train(compose_config(overrides, run))
+        record = json.loads((run / "metrics.json").read_text())
+        assert record["status"] == "completed" and len(record["history"]) == 1
+        if interval == 3:
+            assert record["test_acc"] is None and record["history"][0]["test_acc"] is None
+            continue
+        checkpoint = run / "checkpoints" / "last.ckpt"
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            again = compose(
+                "eval",
+                overrides=[f"ckpt_path={checkpoint}", "data=synthetic", "data.num_test=32"]
+                + ["trainer.accelerator=cpu", f"paths.output_dir={run}"],
+                return_hydra_config=True,
+            )
+        assert record["test_acc"] == pytest.approx(evaluate(again)["test_acc"], abs=1e-6)

@@ -41,7 +41,7 @@ class EpochHistory(Callback):
     def __init__(self, record: RunRecord):
         self.record = record
         self._batches = 0  # trained in this epoch by this run
-        self._evaluated = False  # this epoch, by its evaluation (else the last one's figures)
+        self._evaluated = False  # after the epoch's last batch (else earlier weights' figures)
         self._written_after_checkpoint = False  # by LastCheckpoint, once the epoch's is saved
         self._carried: tuple[float | None] | None = None  # the wall_s this run continues
 
@@ -82,6 +82,7 @@ class EpochHistory(Callback):
         ``max_steps`` both are set aside, as the fit ends anyway (a ``min_steps`` past
         ``max_steps`` is refused with the settings)."""
         self._batches += 1
+        self._evaluated = False  # an evaluation before this batch tested earlier weights
         if 0 <= trainer.max_steps <= trainer.global_step:
             trainer.fit_loop.min_epochs = None
             if trainer.check_val_every_n_epoch is not None:
@@ -113,8 +114,9 @@ class EpochHistory(Callback):
         for key, name in EPOCH_KEYS.items():
             value = logged.get(name)
             entry[key] = None if value is None else float(value)  # waits for the device
-        # Not evaluated: what callback_metrics hold is an earlier epoch's. A smoke run evaluates
-        # a few batches of the test set: no test accuracy.
+        # Not evaluated after its last batch: what callback_metrics hold is of earlier weights
+        # (an earlier epoch's, or of a val_check_interval's batch, or time, before the end). A
+        # smoke run evaluates a few batches of the test set: no test accuracy.
         if not self._evaluated or trainer.fast_dev_run:
             entry |= dict.fromkeys(EVALUATED)
         entry["wall_s"] = self.wall_s()

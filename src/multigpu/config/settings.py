@@ -1008,13 +1008,15 @@ def check_batch_limits(trainer: Mapping[str, Any], batches: int | None) -> None:
 
 
 def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:
-    """``+trainer.val_check_interval=<batches>`` within an epoch's ``batches``, as Lightning
-    requires once the data is loaded (a traceback after the run's folder was made): refused
-    where it is above every batch count the epoch can have (each process's share of the
-    training images, after ``limit_train_batches``)."""
+    """``+trainer.val_check_interval`` (batches, or a fraction of them) within an epoch's
+    ``batches``, as Lightning requires once the data is loaded (a traceback after the run's
+    folder was made), and dividing them: Lightning evaluates every that many batches, so the
+    epoch's last batch is evaluated only then, and the epoch's test accuracy would be of earlier
+    weights than its checkpoint's. The batches are each process's share of the training
+    images, after ``limit_train_batches``."""
     interval = trainer.get("val_check_interval")
     if (
-        not is_count(interval)
+        not is_number(interval)
         or batches is None
         or trainer.get("check_val_every_n_epoch", 1) is None
     ):
@@ -1023,10 +1025,19 @@ def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:
         return
     limit = trainer.get("limit_train_batches", 1.0)
     batches = min(batches, limit) if is_count(limit) else int(batches * limit)
-    if interval > batches:
+    if is_count(interval) and interval > batches:
         raise UserError(
             f"trainer.val_check_interval={interval} is more than the {batches} training batches "
             f"of an epoch: use at most {batches}, a fraction of the epoch (e.g. 0.5), or drop it"
+        )
+    every = interval if is_count(interval) else max(1, int(batches * interval))  # Lightning's
+    if batches % every:
+        divisors = ", ".join([str(n) for n in range(1, batches) if batches % n == 0][-6:])
+        raise UserError(
+            f"trainer.val_check_interval={as_override(interval)} evaluates every {every} of the "
+            f"{batches} training batches of an epoch, so not after its last: its test accuracy "
+            f"would be of earlier weights than its checkpoint's; use a number of batches that "
+            f"divides {batches} ({divisors}), 1.0, or drop it"
         )
 
 
