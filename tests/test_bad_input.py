@@ -707,3 +707,15 @@ def test_an_epoch_not_evaluated_after_its_last_batch_records_no_test_accuracy(
                 return_hydra_config=True,
             )
         assert record["test_acc"] == pytest.approx(evaluate(again)["test_acc"], abs=1e-6)
+
+
+@pytest.mark.parametrize("accumulate", [1, 4])
+def test_the_linear_rule_scales_by_the_images_of_an_update(accumulate):
+    """An update that sums ``accumulate_grad_batches`` batches sees that many times the global
+    batch: the linear rule had scaled the lr by one batch alone."""
+    from conftest import composed, resolve_on
+
+    rule = ["model.lr_scaling.rule=linear", "model.lr_scaling.base_batch=64"]
+    added = [f"+trainer.accumulate_grad_batches={accumulate}"]
+    run = resolve_on(composed([*SYNTHETIC, "data.batch_size=16", *rule, *added]))
+    assert run.batch_size == 16 and run.lr == pytest.approx(0.1 * 16 * accumulate / 64)

@@ -119,7 +119,7 @@ class Run:
     num_nodes: int
     processes: int  # the world size: 1, or one process per device under DDP
     launcher: str  # who starts the processes: none (one), popen, spawn or cluster
-    batch_size: int  # global: what one optimizer step sees, over every device
+    batch_size: int  # global: what one training step loads, over every device
     process_batch_size: int  # what each process loads per step
     lr: float  # after ``model.lr_scaling``
     warmup_epochs: float  # the lr rises to ``lr`` over these first epochs, per step
@@ -223,7 +223,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     check_batch_limits(trainer, batches)
     check_val_interval(trainer, batches)
     check_evaluation_shares(data, processes, choices)
-    lr = scaled_lr(model, batch_size)
+    lr = scaled_lr(model, batch_size * (trainer.get("accumulate_grad_batches") or 1))
     check_optimizer(model["optimizer"])
     check_schedule(model, trainer, lr)
     per_node = len(ids) if placement == PER_DEVICE else 1
@@ -832,8 +832,9 @@ def warmup_from(model: dict[str, Any]) -> float:
     return float(model["optimizer"]["lr"]) if scaling.get("rule") == "linear" else 0.0
 
 
-def scaled_lr(model: dict[str, Any], batch_size: int) -> float:
-    """``model.optimizer.lr``, times global batch / ``base_batch`` under the linear rule."""
+def scaled_lr(model: dict[str, Any], update_batch: int) -> float:
+    """``model.optimizer.lr``, times the images of an update / ``base_batch`` under the linear
+    rule: the global batch, times ``accumulate_grad_batches`` where an update sums several."""
     lr = model["optimizer"].get("lr")
     if lr is None:
         raise UserError("model.optimizer.lr=null must be a positive number, e.g. 0.1")
@@ -846,10 +847,10 @@ def scaled_lr(model: dict[str, Any], batch_size: int) -> float:
             "model.lr_scaling.base_batch=null must be a positive integer under "
             "model.lr_scaling.rule=linear, e.g. 256"
         )
-    scaled = float(f"{lr * batch_size / base_batch:.12g}")  # 0.1 * 3 is 0.3, not 0.300...04
+    scaled = float(f"{lr * update_batch / base_batch:.12g}")  # 0.1 * 3 is 0.3, not 0.300...04
     if not (math.isfinite(scaled) and scaled > 0):
         raise UserError(
-            f"model.optimizer.lr={lr} x global batch {batch_size} / model.lr_scaling."
+            f"model.optimizer.lr={lr} x the update's batch {update_batch} / model.lr_scaling."
             f"base_batch={base_batch} (model.lr_scaling.rule=linear) is {scaled:g}, not a "
             "learning rate: change model.optimizer.lr or model.lr_scaling.base_batch"
         )

@@ -67,7 +67,10 @@ class Run(FileModel):
     num_nodes: Count | None = about("nodes")
     processes: Count | None = about("the world size: 1, or one process per device under DDP")
     launcher: str | None = about("who started the processes: none, popen, spawn or cluster")
-    batch_size: Count | None = about("global: what one optimizer step sees, over every device")
+    batch_size: Count | None = about(
+        "global: what one training step loads, over every device (an update sums "
+        "trainer.accumulate_grad_batches of them)"
+    )
     process_batch_size: Count | None = about("what each process loads per step")
     lr: float | None = about("the learning rate after scaling (model.lr_scaling)")
     warmup_epochs: float | None = about("the lr rises to lr over these first epochs")
