@@ -137,6 +137,10 @@ def test_loader_workers_ended_by_a_signal_mean_the_run_was_interrupted(text, nam
 
     found = signal_of_loader_workers(RuntimeError(text))
     assert (found.name if found is not None else None) == name
+    from multigpu.run.fit import loader_worker_death
+
+    death = loader_worker_death(RuntimeError(text))  # said in one line where no stop was it
+    assert (death is None) == ("DataLoader" not in text)
 
 
 def test_loader_workers_reaped_before_their_signal_was_seen_wait_for_the_runs():

@@ -609,3 +609,32 @@ def test_a_divergence_names_the_lr_its_step_was_taken_at(accumulate, bad, tmp_pa
     assert trainer.optimizers[0].param_groups[0]["lr"] != pytest.approx(taken_at)
     batch = f", batch {bad + 1}" if accumulate > 1 else ""
     assert f"at step {bad_step} (epoch 1{batch}) with lr {taken_at:g};" in str(diverged.value)
+
+
+@pytest.mark.slow  # a run of a few seconds, one of its loader's workers killed
+def test_a_loader_worker_killed_ends_the_run_in_one_line_with_its_record(tmp_path):
+    """The system's memory killer ends a loader worker with SIGKILL: the run had ended with
+    Hydra's page of traceback; now one line, exit 1, the record failed with the same line."""
+    from conftest import REPO, process_env
+
+    run = tmp_path / "run"
+    command = [sys.executable, str(REPO / "train.py"), *TINY, "data=synthetic"]
+    command += ["data.num_train=4096", "data.batch_size=16", "data.num_workers=1"]
+    command += ["trainer.max_epochs=3", f"hydra.run.dir={run}"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=process_env(), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline, workers = time.monotonic() + 120, []
+    while not workers and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        found = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True)
+        workers = found.stdout.split() if (run / "metrics.json").exists() else []
+    assert workers, proc.communicate()[1][-3000:]
+    time.sleep(0.5)
+    subprocess.run(["kill", "-9", workers[0]], check=True)
+    _, stderr = proc.communicate(timeout=120)
+    said = stderr.strip().splitlines()
+    assert proc.returncode == 1 and "Traceback" not in stderr, stderr[-3000:]
+    killed = ("was killed by signal: Killed", "exited unexpectedly")  # torch says either
+    assert any(said[-1].startswith(f"error: a data loader worker {how} (") for how in killed)
+    record = json.loads((run / "metrics.json").read_text())
+    assert record["status"] == "failed" and said[-1] == f"error: {record['reason']}"

@@ -49,6 +49,7 @@ from multigpu.callbacks.worker_stop import WorkerStopsAtOnce
 from multigpu.config.errors import (
     Interrupted,
     PeerFailed,
+    RunStopped,
     UserError,
     WriteFailed,
     add_note,
@@ -174,18 +175,32 @@ COLLECTIVE_FAILURES = (
 )  # fmt: skip
 
 
+# How torch says a loader worker died: by a signal (its name, as strsignal gives it), or reaped
+# before torch saw how.
+WORKER_KILLED = re.compile(r"DataLoader worker \(pid.*\) is killed by signal: ([^.]+)\.")
+WORKER_EXITED = re.compile(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly")
+
+
 def signal_of_loader_workers(error: RuntimeError) -> Signal | None:
     """The signal that ended the data loader's workers, when that is the error: a stop signal
     (Ctrl-C's, or one of ``stop_signals``) sent to the whole process group reaches them too, and
     their death is reported before this process's own handler stops the run."""
-    found = re.search(r"DataLoader worker \(pid.*\) is killed by signal: ([^.]+)\.", str(error))
+    found = WORKER_KILLED.search(str(error))
     stops = (signal.SIGINT, *stop_signals(os.environ))
     names = {signal.strsignal(signum): signum for signum in stops}  # what torch says: strsignal
     if found:
         return names.get(found[1])
-    if re.search(r"DataLoader worker \(pid\(s\) .*\) exited unexpectedly", str(error)):
+    if WORKER_EXITED.search(str(error)):
         return stop_signal_within(LOADER_SIGNAL_WAIT_S)  # reaped before torch saw the signal
     return None
+
+
+def loader_worker_death(error: RuntimeError) -> str | None:
+    """How a data loader worker died, where that is the error and no stop signal was it: by
+    another signal (SIGKILL: the system's memory killer, as a rule), or unseen."""
+    if found := WORKER_KILLED.search(str(error)):
+        return f"was killed by signal: {found[1]}"
+    return "exited unexpectedly" if WORKER_EXITED.search(str(error)) else None
 
 
 def is_collective_failure(error: RuntimeError) -> bool:
@@ -323,6 +338,14 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
         if stopped is not None:  # a signal to the process group (timeout, Slurm, kill -PGID)
             stopped = note_stop_signal(stopped)  # the first, if another came before
             raise Interrupted(f"interrupted by {stopped.name}", exit_code=128 + stopped) from None
+        if (death := loader_worker_death(err)) is not None:  # not a bug here: one line
+            ended = RunStopped(
+                f"a data loader worker {death} (out of memory, as a rule: fewer data.num_workers "
+                "or a smaller data.batch_size need less)"
+            )
+            apart = admission.checkpoints_apart
+            add_note(ended, resume_hint(checkpoints, ckpt_path, cfg.paths.runs_dir, apart))
+            raise ended from err
         peer = getattr(strategy, "peer_failure", None)
         peer_signal = getattr(strategy, "peer_signal", None)
         if peer_signal is not None:  # another process of the run was stopped by a signal
