@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +20,7 @@ import torch
 from conftest import REPO, TINY, copy_raw, run_script, write_gz
 from hypothesis import given
 
-from multigpu.config.errors import UserError
+from multigpu.config.errors import UserError, message
 from multigpu.models import resnet18
 from multigpu.models.classifier import ImageClassifier
 from multigpu.storage.checkpoint import check_fits, classifier, load_checkpoint
@@ -719,3 +720,31 @@ def test_the_linear_rule_scales_by_the_images_of_an_update(accumulate):
     added = [f"+trainer.accumulate_grad_batches={accumulate}"]
     run = resolve_on(composed([*SYNTHETIC, "data.batch_size=16", *rule, *added]))
     assert run.batch_size == 16 and run.lr == pytest.approx(0.1 * 16 * accumulate / 64)
+
+
+def test_a_relative_data_path_under_chdir_is_judged_from_the_run_folder(tmp_path, monkeypatch):
+    """Under ``hydra.job.chdir=true`` the job reads a relative ``data.source`` from its run
+    folder: it had been judged from here, passed, and failed once the run folder and its
+    record were written. Now refused first, saying so; an absolute one is taken."""
+    from conftest import SHARED_DATA, compose_config
+
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    shutil.copytree(SHARED_DATA, tmp_path / "shared")
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "runs" / "x"
+    for source, refused in (("shared", True), (tmp_path / "shared", False)):
+        overrides = ["trainer.accelerator=cpu", "hydra.job.chdir=true", f"data.source={source}"]
+        cfg = compose_config([*overrides, f"data.root={tmp_path / 'root'}"], run)
+        if not refused:
+            admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
+            continue
+        with pytest.raises(UserError) as error:
+            admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
+        assert message(error.value).endswith(
+            f"under hydra.job.chdir=true data.source=shared is a path from the run folder, {run}: "
+            "give an absolute one"
+        )
+        assert not (tmp_path / "runs").exists()

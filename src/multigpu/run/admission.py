@@ -42,7 +42,14 @@ from omegaconf import Container, DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from multigpu.config.computation import computation, describe, differences
-from multigpu.config.errors import NothingToDo, OccupiedFolder, UserError, WriteFailed, summary_line
+from multigpu.config.errors import (
+    NothingToDo,
+    OccupiedFolder,
+    UserError,
+    WriteFailed,
+    add_note,
+    summary_line,
+)
 from multigpu.config.job_names import task_overrides
 from multigpu.config.launch import renamed_by
 from multigpu.config.names import FASHION_MNIST
@@ -174,9 +181,8 @@ def admit(
         check_checkpoint_folder(folders, own)
         check_writable_folders(folders, cfg.paths.get("runs_dir"))
         check_places_usable(places_named(cfg, folders), folders)
-    data = cfg.data
-    if data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
-        check_reachable(data.get("root", "data"), data.get("source"), data.get("download", True))
+    if cfg.data.get("_target_") == FASHION_MNIST:  # its files can be had, before any folder is made
+        check_data_reachable(cfg, folders[RUN_FOLDER])
     fresh = Admission(run, settings, folders=folders, marks=marks, sweep=sweep)
     admission = starting_point(cfg, fresh, allowed, own, rank_zero)
     if rank_zero:  # what only Lightning refuses, once everything checked before torch passed
@@ -635,6 +641,40 @@ def written_places(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]
     return {key: p for key, p in places.items() if not any(p == f or f in p.parents for f in own)}
 
 
+def job_folder(cfg: DictConfig, run_folder: Path) -> Path:
+    """Where the job's relative paths start: the run folder under ``hydra.job.chdir``, which
+    Hydra changes into, else here."""
+    hydra = hydra_of(cfg)
+    chdir = hydra is not None and OmegaConf.select(hydra, "job.chdir", default=None)
+    return run_folder if chdir else Path.cwd()
+
+
+def check_data_reachable(cfg: DictConfig, run_folder: Path) -> None:
+    """The data's files can be had from where the job will look: a relative ``data.root`` or
+    ``data.source`` is from the job's folder (``job_folder``), and said so where that is not
+    here."""
+    base, data = job_folder(cfg, run_folder), cfg.data
+    root, source = data.get("root", "data"), data.get("source")
+    moved = base != Path.cwd()  # else the paths as given, as the messages say them
+
+    def from_job(path: Any) -> Any:
+        return base / Path(str(path)).expanduser() if moved and path is not None else path
+
+    try:
+        check_reachable(from_job(root), from_job(source), data.get("download", True))
+    except UserError as refused:
+        given = {"data.root": root, "data.source": source}
+        relative = [f"{k}={p}" for k, p in given.items() if p and not os.path.isabs(str(p))]
+        named = [said for said in relative if said.partition("=")[0] in str(refused)]
+        if moved and relative:
+            add_note(
+                refused,
+                f"under hydra.job.chdir=true {(named or relative)[0]} is a path from the run "
+                f"folder, {base}: give an absolute one",
+            )
+        raise
+
+
 def places_named(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
     """Every place a run writes in besides its folders, by the setting that names it: Hydra's
     copy of the config (``hydra.output_subdir``, from the run folder) and its log file (the file
@@ -648,8 +688,7 @@ def places_named(cfg: DictConfig, folders: dict[str, Path]) -> dict[str, Path]:
         log = OmegaConf.select(hydra, "job_logging.handlers.file.filename", default=None)
     except OmegaConfBaseException:  # ${hydra.runtime.output_dir}: a config Hydra has not run
         log = None
-    chdir = hydra is not None and OmegaConf.select(hydra, "job.chdir", default=None)
-    base = run_folder if chdir else Path.cwd()
+    base = job_folder(cfg, run_folder)
     given = {
         "hydra.output_subdir": None if subdir is None else run_folder / str(subdir),
         LOG_FILE: log,
