@@ -387,9 +387,16 @@ def test_a_folder_with_a_checkpoint_but_no_record_is_not_taken_over(tmp_path):
     (tmp_path / "checkpoints").mkdir()
     (tmp_path / "checkpoints" / "last.ckpt").write_bytes(b"x")
     before = snapshot(tmp_path)
-    held = "holds checkpoints/last.ckpt but no metrics.json: it is left"
-    with pytest.raises(OccupiedFolder, match=held):
+    last = tmp_path / "checkpoints" / "last.ckpt"
+    held = f"{tmp_path} holds checkpoints/last.ckpt but no metrics.json: it is left as it is; "
+    held += f"pass another hydra.run.dir (with ckpt_path={last} to resume it there)"
+    with pytest.raises(OccupiedFolder) as refused:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, 2, {}, False), tmp_path)
+    assert str(refused.value) == held
+    # The resume in this same folder is refused alike: the advice names another folder.
+    resumed = compose_config([*SYNTHETIC, f"ckpt_path={last}"], tmp_path)
+    with pytest.raises(OccupiedFolder, match="but no metrics.json: it is left as it is"):
+        admit(resumed, hydra_runtime(resumed)[0], Machine(0, 2, {}, False), tmp_path)
     assert snapshot(tmp_path) == before
 
 

@@ -987,11 +987,11 @@ def check_nothing_else(output_dir: Path) -> None:
         return  # a folder still to be made, or a file in the way (the write check says so)
     runs_files = sorted(name for name in found if name.startswith(RUNS_FILES))
     if last.is_file() or runs_files:
-        resume = f"resume it with ckpt_path={last}, or " if last.is_file() else ""
+        resume = f" (with ckpt_path={last} to resume it there)" if last.is_file() else ""
         held = [f"checkpoints/{LAST}"] if last.is_file() else runs_files[:2]
         raise OccupiedFolder(
             f"{output_dir} holds {', '.join(held)} but no {RECORD}: it is left as "
-            f"it is; {resume}pass another hydra.run.dir"
+            f"it is; pass another hydra.run.dir{resume}"
         )
 
 
