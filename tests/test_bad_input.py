@@ -100,7 +100,7 @@ CKPT_CASES = {
         "parameter '0.weight' has shape [4, 1, 3, 3] in the checkpoint and [8, 1, 3, 3] "
         "here; it was trained with model.net.width=4",
     ),
-    "a_folder": ([], "is a folder: pass the checkpoint file in it, e.g. ckpt_path="),
+    "a_folder": ([], "is a folder that holds no checkpoint (.ckpt): pass a .ckpt file, e.g."),
     "weights_without_training_state": (
         [],
         "holds weights but no training state (optimizer_states, loops, epoch, global_step): "
@@ -347,7 +347,7 @@ def test_checkpoints_that_are_not_ours(case, script, outcomes):
     "case,text",
     [
         ("no_ckpt_path", "ckpt_path is required: python eval.py ckpt_path="),
-        ("a_folder", "is a folder: pass the checkpoint file in it"),
+        ("a_folder", "is a folder that holds no checkpoint (.ckpt): pass a .ckpt file"),
     ],
 )
 def test_eval_answers_a_missing_or_wrong_path_before_torch(case, text, outcomes):

@@ -237,3 +237,39 @@ def test_the_report_of_a_sweep_on_a_read_only_disk_is_one_line(can_mount, tmp_pa
         assert main([str(view)]) == 1
     said = capsys.readouterr().err
     assert said.count("\n") == 1 and said.startswith(f"error: cannot write the report in {view}")
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        [],
+        ["checkpoints/last.ckpt"],
+        ["last.ckpt", "epoch=1.ckpt"],
+        ["epoch=1.ckpt", "epoch=2.ckpt"],
+        ["notes.txt", "checkpoints/epoch=3.ckpt"],
+        ["notes.txt"],
+    ],
+)
+def test_a_folder_given_as_a_checkpoint_is_answered_with_one_that_exists(files, tmp_path):
+    """A folder as ``ckpt_path``: the file suggested is in it (a run's last one, else the
+    newest .ckpt in it or its checkpoints/); one holding none had been answered with a run's
+    path it did not hold."""
+    from multigpu.storage.ckpt_path import BadCheckpoint, checkpoint_file
+
+    for age, name in enumerate(files):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x")
+        os.utime(tmp_path / name, (1000 + age, 1000 + age))
+    with pytest.raises(BadCheckpoint) as refused:
+        checkpoint_file(tmp_path)
+    said = str(refused.value)
+    if not any(name.endswith(".ckpt") for name in files):
+        assert said.startswith(f"ckpt_path={tmp_path} is a folder that holds no checkpoint")
+        return
+    suggested = Path(said.rpartition("e.g. ckpt_path=")[2])
+    assert suggested.is_file() and suggested.parent in (tmp_path, tmp_path / "checkpoints")
+    checkpoint_file(suggested)  # followed, the advice is taken
+    if "epoch=2.ckpt" in files:
+        assert suggested.name == "epoch=2.ckpt"  # the newest
+    if "checkpoints/epoch=3.ckpt" in files:
+        assert suggested == tmp_path / "checkpoints" / "epoch=3.ckpt"

@@ -47,10 +47,9 @@ def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
             path, f"cannot be read ({reason}): pass a .ckpt file, {example}", key=key
         ) from None
     if stat.S_ISDIR(mode):
-        inside = next(
-            (p for p in (path / "checkpoints" / LAST, path / LAST) if p.is_file()),
-            path / "checkpoints" / LAST,
-        )
+        if (inside := checkpoint_in(path)) is None:
+            said = f"is a folder that holds no checkpoint (.ckpt): pass a .ckpt file, {example}"
+            raise BadCheckpoint(path, said, key=key)
         raise BadCheckpoint(
             path, f"is a folder: pass the checkpoint file in it, e.g. {key}={inside}", key=key
         )
@@ -66,3 +65,15 @@ def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:
             path, f"is not a regular file ({kind}): pass a .ckpt file, {example}", key=key
         )
     return path
+
+
+def checkpoint_in(folder: Path) -> Path | None:
+    """The checkpoint a folder given as ``ckpt_path`` most likely meant: a run's last one, or
+    the newest ``.ckpt`` in it or in its ``checkpoints``; None where it holds none."""
+    try:
+        found = [*folder.glob("*.ckpt"), *folder.glob("checkpoints/*.ckpt")]
+        found.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:  # unreadable, or a file gone while looked at
+        found = []
+    candidates = [folder / "checkpoints" / LAST, folder / LAST, *found]
+    return next((p for p in candidates if p.is_file()), None)
