@@ -77,9 +77,10 @@ def time_to(
     it, both read as float32s), with its ``wall_s`` (the history's: since the run's start) and
     ``train_s`` (the training time up to the end of that epoch, the sum of ``epoch_s``; null if
     an epoch was not timed); null when no epoch reached it. A later dip below the target
-    changes nothing. Keys in increasing order."""
+    changes nothing. Keys in increasing order. A target is taken as its key names it (6
+    significant digits): two that read alike are one (the second had overwritten the first's)."""
     found: dict[str, dict[str, Any] | None] = {}
-    for target in sorted({float(t) for t in targets}):
+    for target in sorted({float(target_key(float(t))) for t in targets}):
         found[target_key(target)] = None
         train_s: float | None = 0.0
         for entry in history:
