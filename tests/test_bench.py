@@ -123,6 +123,7 @@ def test_bench_refuses_an_unknown_configuration_in_one_line(tmp_path):
         (["--data-source", "nowhere"], "argument --data-source: nowhere is not a folder"),
         (["--data-root", ""], "argument --data-root: '' is not a path"),
         (["--only", "plain_loop", "nosuch", "other"], "--only nosuch other: no such"),
+        (["--only"], "argument --only: expected at least one argument"),  # had run them all
         (["--tny"], "unrecognized arguments: --tny: did you mean --tiny?"),
         (["--data-root", "/dev/null"], "/dev/null is a file, not a folder"),
     ],

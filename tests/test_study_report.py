@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +69,39 @@ def test_a_job_stopped_untested_and_untested_epochs_are_left_out_not_crashed_on(
     assert "1 completed job(s) with no test accuracy" in capsys.readouterr().err
     plot_curves([row], tmp_path / "curves.png")
     assert (tmp_path / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("tool", ["study", "predict"])
+@pytest.mark.parametrize("mark", ["metrics.json", "multirun.yaml"])
+def test_a_plot_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
+    tool, mark, tmp_path, monkeypatch, capsys
+):
+    """``--plot`` into a run's or a sweep's folder had written there (over the sweep's own
+    report figure of that name, or among a run's files); refused, naming a place outside it,
+    as bench's ``--out`` is."""
+    from conftest import refusal_in
+
+    from multigpu.tools.predict.__main__ import parse_args as predict_args
+    from multigpu.tools.report.study import main as study_main
+
+    def parse(argv: list[str]) -> None:
+        if tool == "predict":
+            predict_args(argv)
+        else:
+            study_main([str(tmp_path), *argv])
+
+    held = tmp_path / "held"
+    (held / "deeper").mkdir(parents=True)
+    (held / mark).write_text("")
+    (held / "test_acc.png").write_bytes(b"the sweep's")
+    owner = "run" if mark == "metrics.json" else "sweep"
+    for given in ("held/test_acc.png", "held/deeper/new.png"):
+        said = refusal_in(tmp_path, parse, ["--plot", given], monkeypatch, capsys)
+        assert said.strip() == (
+            f"error: argument --plot: {given}: {held} is another {owner}'s folder (it holds that "
+            f"{owner}'s {mark}), which only it writes in; pass a file outside it, e.g. "
+            f"{tmp_path / Path(given).name}"
+        )
+    assert sorted(p.name for p in held.iterdir()) == sorted(["deeper", mark, "test_acc.png"])
+    assert (held / "test_acc.png").read_bytes() == b"the sweep's"
+    assert not list((held / "deeper").iterdir())

@@ -91,7 +91,8 @@ def output_folder(text: str) -> Path:
 
 def output_file(suffix: str) -> Callable[[str], Path]:
     """An argparse ``type``: a ``suffix`` file to write (its folder is created if missing); the
-    suffix keeps a slip of the keyboard from overwriting some other file."""
+    suffix keeps a slip of the keyboard from overwriting some other file, and a run's or a
+    sweep's folder is its own (its report's figures among them)."""
 
     def parse(text: str) -> Path:
         path = Path(path_name(text)).expanduser()
@@ -99,6 +100,11 @@ def output_file(suffix: str) -> Callable[[str], Path]:
             raise argparse.ArgumentTypeError(f"{text} is not a {suffix} file name")
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text} is a folder: pass a file name")
+        if (held := owned_folder_around(path.parent)) is not None:
+            raise argparse.ArgumentTypeError(
+                f"{text}: {held[1]}, which only it writes in; pass a file outside it, e.g. "
+                f"{held[0].parent / path.name}"
+            )
         refuse_files_on_the_way(path.parent)
         writable(path.parent)
         return path
@@ -126,12 +132,21 @@ def writable(folder: Path) -> None:
 MARKED_BY = {"metrics.json": "run", "multirun.yaml": "sweep"}  # a run's record, a sweep's config
 
 
-def run_folder_around(folder: Path) -> str | None:
-    """The run's or sweep's folder that ``folder`` is or lies in, said as a refusal says it
-    (a tool writing runs there would write among its files); None if there is none."""
+def owned_folder_around(folder: Path) -> tuple[Path, str] | None:
+    """The run's or sweep's folder that ``folder`` is or lies in, with the refusal's words for
+    it (a tool writing there would write among its files); None if there is none."""
     folder = canonical(folder)
     for place in (folder, *folder.parents):
         for name, owner in MARKED_BY.items():
             if os.path.lexists(place / name):
-                return f"{place} is another {owner}'s folder (it holds that {owner}'s {name})"
+                return (
+                    place,
+                    f"{place} is another {owner}'s folder (it holds that {owner}'s {name})",
+                )
     return None
+
+
+def run_folder_around(folder: Path) -> str | None:
+    """``owned_folder_around``'s words alone."""
+    found = owned_folder_around(folder)
+    return None if found is None else found[1]

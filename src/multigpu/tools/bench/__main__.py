@@ -356,7 +356,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=os.environ.get("MULTIGPU_DATA") or None,
         help="data.source of the runs (default: $MULTIGPU_DATA, else none)",
     )
-    add("--only", nargs="*", metavar="NAME", help="run only these configurations (default: all)")
+    add("--only", nargs="+", metavar="NAME", help="run only these configurations (default: all)")
     add("--tiny", action="store_true", help=f"smoke test: width {MIN_CPU_NHWC_WIDTH}, 3 steps")
     args = parser.parse_args(argv)
     if args.tiny:
