@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import math
 import os
 import signal
@@ -1042,7 +1043,9 @@ def two_epochs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
-def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(two_epochs, tmp_path):
+def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(
+    two_epochs, tmp_path, caplog
+):
     """``model.optimizer.lr=0.05 resume_changes=[model.optimizer.lr]`` was recorded as the
     run's lr, and the restored optimizer went on at 0.1: its epochs were those of the run
     continued unchanged (momentum and weight decay the same)."""
@@ -1054,14 +1057,17 @@ def test_optimizer_settings_a_resume_changes_are_the_ones_it_trains_with(two_epo
     overrides = [f"model.optimizer.{key}={value}" for key, value in changes.items()]
     allowed = ",".join(f"model.optimizer.{key}" for key in changes)
     resume = [f"ckpt_path={two_epochs}", f"resume_changes=[{allowed}]", "trainer.max_epochs=3"]
-    record = train(
-        compose_config([*SYNTHETIC, "data.batch_size=16", *overrides, *resume], tmp_path)
-    )
+    with caplog.at_level(logging.INFO, logger="multigpu.models.classifier"):
+        record = train(
+            compose_config([*SYNTHETIC, "data.batch_size=16", *overrides, *resume], tmp_path)
+        )
     assert record["history"][-1]["lr"] == pytest.approx(0.05)
     saved = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     (group,) = saved["optimizer_states"][0]["param_groups"]
     assert {key: group[key] for key in changes} == changes
     assert record["resumed_from"]["changed"]["model.optimizer.momentum"] == {"from": 0, "to": 0.9}
+    said = "resuming after 2 epoch(s) with the optimizer as configured now: lr 0.05 (the "
+    assert said + "checkpoint's had 0.1)" in caplog.text  # the epochs, not a schedule's steps
 
 
 @pytest.mark.slow

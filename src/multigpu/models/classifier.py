@@ -228,8 +228,9 @@ class ImageClassifier(LightningModule):
         optimizer, scheduler = self.configured_optimizer(steps)
         saved, configured = optimizers[0]["param_groups"], optimizer.param_groups
         if abs(saved[0]["lr"] - configured[0]["lr"]) > 1e-12 * max(abs(configured[0]["lr"]), 1):
-            log.info("resuming after %d %ss with the optimizer as configured now: lr %g (the "
-                     "checkpoint's had %g)", steps, self.scheduler_interval, configured[0]["lr"],
+            epochs = checkpoint.get("epoch", -1) + 1  # Lightning stores the last one's index
+            log.info("resuming after %d epoch(s) with the optimizer as configured now: lr %g "
+                     "(the checkpoint's had %g)", epochs, configured[0]["lr"],
                      saved[0]["lr"])  # fmt: skip
         if scheduler is not None:
             checkpoint["lr_schedulers"] = [scheduler.state_dict()]  # Lightning restores it
