@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -1325,3 +1326,37 @@ def test_a_name_too_long_for_a_place_is_refused_naming_its_setting(
     assert "is longer than the 255 bytes a name can have" in said
     assert said.endswith(f": pass a writable {named}")
     assert list(folder.iterdir()) == []
+
+
+def test_latest_passes_over_a_checkpoint_a_run_still_trains(two_epochs, tmp_path):
+    """``ckpt_path=latest`` had taken the newest checkpoint of these settings even where its
+    run was still training, and gone on from it apart, as a second run. Now the newest of a
+    run that has ended; where every one is still training, one line naming that run, and the
+    explicit path to go on from it apart."""
+    from multigpu.run.resume import latest_of
+
+    settings = json.loads((two_epochs.parent.parent / "metrics.json").read_text())["settings"]
+    runs = tmp_path / "outputs"
+    for age, name in enumerate(("ended", "training")):
+        shutil.copytree(two_epochs.parent.parent, runs / name)
+        os.utime(runs / name / "checkpoints" / "last.ckpt", (1000 + age, 1000 + age))
+    ended, training = (runs / n / "checkpoints" / "last.ckpt" for n in ("ended", "training"))
+    assert latest_of(runs, settings, []) == training  # nothing holds it: the newest
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(runs / "training")])
+    try:
+        deadline = time.monotonic() + 20
+        while is_free(runs / "training"):
+            assert time.monotonic() < deadline and holder.poll() is None
+            time.sleep(0.05)
+        assert latest_of(runs, settings, []) == ended
+        shutil.rmtree(runs / "ended")
+        with pytest.raises(UserError) as refused:
+            latest_of(runs, settings, [])
+        assert str(refused.value) == (
+            f"ckpt_path=latest: the newest checkpoint of this run's settings, {training}, is of "
+            f"a run still training (pid {holder.pid}): wait for it to end and pass "
+            f"ckpt_path=latest again, or pass ckpt_path={training} to go on from it now, apart"
+        )
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()

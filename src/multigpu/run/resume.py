@@ -42,6 +42,7 @@ from multigpu.config.job_names import SAFE
 from multigpu.config.settings import check_max_time
 from multigpu.storage.ckpt_path import LAST, LATEST, BadCheckpoint, checkpoint_file
 from multigpu.storage.outcome import outcome_of
+from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.paths import canonical, is_within
 from multigpu.storage.record_file import BadRecord, read_record
 
@@ -218,7 +219,8 @@ def newest_checkpoints(runs_dir: str | Path) -> list[Path]:
 
 def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]) -> Path:
     """The newest checkpoint under ``runs_dir`` whose run has these settings (but for
-    ``allowed`` keys); none: one line naming the newest there is and how it differs."""
+    ``allowed`` keys) and is not training now (its folder free); none: one line naming the
+    newest there is and how it differs, or the run that trains it."""
     runs_dir = Path(runs_dir).expanduser()  # named in one spelling: no "./" or trailing "/"
     candidates = newest_checkpoints(runs_dir)
     if not candidates:
@@ -226,10 +228,22 @@ def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]
             f"ckpt_path=latest found no checkpoints/{LAST} under {runs_dir}/: train a run "
             f"first, or pass ckpt_path=<run>/checkpoints/{LAST}"
         )
-    for path in candidates:
-        saved = (record_beside(path) or {}).get("settings")
-        if isinstance(saved, dict) and not refused_changes(saved, settings, allowed):
-            return path
+    matching = [
+        path
+        for path in candidates
+        if isinstance(saved := (record_beside(path) or {}).get("settings"), dict)
+        and not refused_changes(saved, settings, allowed)
+    ]
+    if matching:  # one a run still trains goes on there: taken from it only when named
+        idle = [path for path in matching if is_free(path.parent.parent)]
+        if idle:
+            return idle[0]
+        held = matching[0]
+        raise UserError(
+            f"ckpt_path=latest: the newest checkpoint of this run's settings, {held}, is of a "
+            f"run still training ({holder(held.parent.parent)}): wait for it to end and pass "
+            f"ckpt_path=latest again, or pass ckpt_path={held} to go on from it now, apart"
+        )
     newest = candidates[0]
     saved = (record_beside(newest) or {}).get("settings")
     refused = refused_changes(saved, settings, allowed) if isinstance(saved, dict) else {}
