@@ -105,3 +105,17 @@ def test_a_plot_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
     assert sorted(p.name for p in held.iterdir()) == sorted(["deeper", mark, "test_acc.png"])
     assert (held / "test_acc.png").read_bytes() == b"the sweep's"
     assert not list((held / "deeper").iterdir())
+
+
+def test_a_folder_with_no_sweep_below_says_which_folder_to_pass(tmp_path, capsys):
+    """A run's or a sweep's own folder (its jobs no rows) had been answered "no completed job
+    below" with no fix."""
+    from multigpu.tools.report.study import main
+
+    write_job(tmp_path / "run", 1, [0.5, 0.6])
+    assert main([str(tmp_path / "run")]) == 2
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and said.startswith("error: no completed job in a sweep folder")
+    assert said.rstrip().endswith("pass the folder that holds the study's sweeps, one per row "
+                                  "(e.g. outputs/study)")  # fmt: skip
+    assert main([str(tmp_path)]) == 0  # its parent holds it as a row

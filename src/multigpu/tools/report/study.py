@@ -180,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = study_rows(args.study_dir)
     if not rows:
-        print(f"error: no completed job below {args.study_dir}", file=sys.stderr)
+        print(f"error: no completed job in a sweep folder below {args.study_dir}: pass the "
+              "folder that holds the study's sweeps, one per row (e.g. outputs/study)",
+              file=sys.stderr)  # fmt: skip
         return 2
     print(to_markdown(rows), end="")
     if args.plot:
