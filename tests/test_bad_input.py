@@ -100,7 +100,7 @@ CKPT_CASES = {
         "parameter '0.weight' has shape [4, 1, 3, 3] in the checkpoint and [8, 1, 3, 3] "
         "here; it was trained with model.net.width=4",
     ),
-    "a_folder": ([], "is a folder that holds no checkpoint (.ckpt): pass a .ckpt file, e.g."),
+    "a_folder": ([], "is a folder that holds no checkpoint (.ckpt) in it or its checkpoints/"),
     "weights_without_training_state": (
         [],
         "holds weights but no training state (optimizer_states, loops, epoch, global_step): "
@@ -347,7 +347,7 @@ def test_checkpoints_that_are_not_ours(case, script, outcomes):
     "case,text",
     [
         ("no_ckpt_path", "ckpt_path is required: python eval.py ckpt_path="),
-        ("a_folder", "is a folder that holds no checkpoint (.ckpt): pass a .ckpt file"),
+        ("a_folder", "is a folder that holds no checkpoint (.ckpt) in it or its checkpoints/"),
     ],
 )
 def test_eval_answers_a_missing_or_wrong_path_before_torch(case, text, outcomes):
@@ -651,6 +651,11 @@ def test_a_run_folder_under_paths_runs_dir_names_that_setting_too(tmp_path, caps
         (3, "evaluates every 3 of the 4 training batches of an epoch, so not after its last"),
         (0.75, "evaluates every 3 of the 4 training batches of an epoch, so not after its last"),
         (5, "is more than the 4 training batches of an epoch"),
+        (5.0, "=5.0 is more than the 4 training batches of an epoch"),  # Lightning: a count
+        (2.0, None),  # every 2 batches, as Lightning reads it
+        ("3 +trainer.limit_train_batches=2.0", "=3 is more than the 2 training batches"),
+        ("2 +trainer.limit_train_batches=3.0", "evaluates every 2 of the 3 training batches"),
+        ("3 +trainer.fast_dev_run=true", None),  # Lightning evaluates a smoke run's batch
         (1, None),
         (2, None),
         (4, None),
@@ -665,7 +670,8 @@ def test_an_evaluation_interval_that_misses_the_epochs_last_batch_is_refused(int
     had been recorded with the accuracy of earlier ones."""
     from conftest import composed, resolve_on
 
-    batches = ["data.batch_size=16", f"+trainer.val_check_interval={interval}"]
+    given, *more = str(interval).split()
+    batches = ["data.batch_size=16", f"+trainer.val_check_interval={given}", *more]
     cfg = composed([*SYNTHETIC, *batches])
     if refused is None:
         resolve_on(cfg)

@@ -931,7 +931,9 @@ def test_a_damaged_checkpoint_the_folder_continues_is_named_as_its_own(
         train(compose_config([*SYNTHETIC, "trainer.max_epochs=3"], other))
         assert json.loads((other / "metrics.json").read_text())["epochs"] == 3
         return
-    instead = f"(to go on from the one before it: ckpt_path={previous} and another hydra.run.dir)"
+    from multigpu.storage.ckpt_path import as_typed
+
+    instead = f"(to go on from the one before it: {as_typed(previous)} and another hydra.run.dir)"
     assert said.endswith(instead) and said.count("ckpt_path=") == 1
     assert (run / "metrics.json").read_bytes() == held
     with pytest.raises(UserError, match="it would take the record back"):  # as the line says

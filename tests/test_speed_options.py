@@ -212,7 +212,8 @@ def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(
     4 steps climbs from 0.1 (Goyal et al.: the unscaled lr) in equal steps, then a step
     schedule halves the lr after each epoch; the warm-up multiplies what the schedule gives.
     Accumulating 2 batches a step, an epoch is 2 steps and the warm-up 3 (it had counted
-    batches, and lasted twice as long as configured)."""
+    batches, and lasted twice as long as configured), and an update sees 128 images: lr 0.4
+    (the rule had scaled by one batch)."""
     log = tmp_path / "lr.txt"
     overrides = [*TINY, "data=synthetic", "data.num_train=256", "data.num_test=32"]
     overrides += ["data.batch_size=64", "model.optimizer.lr=0.1", "trainer.max_epochs=3"]
@@ -223,14 +224,16 @@ def test_warmup_rises_per_step_to_the_scaled_lr_and_composes_with_the_schedule(
     overrides += [f"+trainer.accumulate_grad_batches={accumulate}"]
     assert train(compose_config(overrides, tmp_path / "run"))["status"] == "completed"
     used = [float(line) for line in log.read_text().split()]
-    steps_per_epoch, warmup_steps, start = 4 // accumulate, 6 // accumulate, 0.5  # 0.1 / 0.2
+    steps_per_epoch, warmup_steps = 4 // accumulate, 6 // accumulate
+    top = 0.1 * 64 * accumulate / 32  # the linear rule, over the images of an update
+    start = 0.1 / top  # from the unscaled lr
     expected = []
     for step in range(3 * steps_per_epoch):
-        scheduled = 0.2 * 0.5 ** (step // steps_per_epoch)
+        scheduled = top * 0.5 ** (step // steps_per_epoch)
         factor = start + (1 - start) * step / warmup_steps if step < warmup_steps else 1.0
         expected.append(scheduled * factor)
     assert used == pytest.approx(expected, rel=1e-9)
-    assert used[0] == pytest.approx(0.1) and max(used) < 0.2  # never the full 0.2 in epoch 1
+    assert used[0] == pytest.approx(0.1) and max(used) < top  # never the full lr in epoch 1
 
 
 @pytest.mark.parametrize("fused", [True, False])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -254,6 +255,8 @@ def test_a_folder_given_as_a_checkpoint_is_answered_with_one_that_exists(files, 
     """A folder as ``ckpt_path``: the file suggested is in it (a run's last one, else the
     newest .ckpt in it or its checkpoints/); one holding none had been answered with a run's
     path it did not hold."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
     from multigpu.storage.ckpt_path import BadCheckpoint, checkpoint_file
 
     for age, name in enumerate(files):
@@ -266,10 +269,37 @@ def test_a_folder_given_as_a_checkpoint_is_answered_with_one_that_exists(files, 
     if not any(name.endswith(".ckpt") for name in files):
         assert said.startswith(f"ckpt_path={tmp_path} is a folder that holds no checkpoint")
         return
-    suggested = Path(said.rpartition("e.g. ckpt_path=")[2])
+    (override,) = OverridesParser.create().parse_overrides(shlex.split(said.rpartition("e.g. ")[2]))
+    suggested = Path(override.value())  # the advice as the shell and Hydra read it back
     assert suggested.is_file() and suggested.parent in (tmp_path, tmp_path / "checkpoints")
     checkpoint_file(suggested)  # followed, the advice is taken
     if "epoch=2.ckpt" in files:
         assert suggested.name == "epoch=2.ckpt"  # the newest
     if "checkpoints/epoch=3.ckpt" in files:
         assert suggested == tmp_path / "checkpoints" / "epoch=3.ckpt"
+
+
+def test_a_dangling_link_among_a_folders_checkpoints_is_passed_over(tmp_path):
+    """One ``.ckpt`` link to nothing had emptied the whole list of the folder's checkpoints."""
+    from multigpu.storage.ckpt_path import checkpoint_in
+
+    (tmp_path / "epoch=2.ckpt").write_bytes(b"x")
+    (tmp_path / "gone.ckpt").symlink_to(tmp_path / "nowhere.ckpt")
+    assert checkpoint_in(tmp_path) == tmp_path / "epoch=2.ckpt"
+
+
+def test_a_refused_checkpoint_is_said_of_its_key_advice_and_all(tmp_path):
+    """A damaged ``init_from`` had been told to use the one before it as ``ckpt_path=...``,
+    which, followed, resumed the old run instead of starting from its weights; the refusal
+    keeps its parts through a copy or a pickle (a process's error sent to another)."""
+    import copy
+    import pickle
+
+    from multigpu.storage.ckpt_path import BadCheckpoint
+
+    last, previous = tmp_path / "a run" / "last.ckpt", tmp_path / "a run" / "previous.ckpt"
+    refused = BadCheckpoint(last, "is damaged", previous=previous).said_of("init_from")
+    quoted = "'init_from=\"" + str(previous) + "\"'"  # Hydra's quotes, in the shell's
+    assert str(refused) == f"init_from={last} is damaged; use the one before it, {quoted}"
+    for again in (copy.copy(refused), pickle.loads(pickle.dumps(refused))):
+        assert str(again) == str(refused) and again.problem == "is damaged"

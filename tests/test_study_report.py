@@ -95,14 +95,18 @@ def test_a_plot_in_a_run_or_sweep_folder_is_refused_and_writes_nothing(
     (held / mark).write_text("")
     (held / "test_acc.png").write_bytes(b"the sweep's")
     owner = "run" if mark == "metrics.json" else "sweep"
-    for given in ("held/test_acc.png", "held/deeper/new.png"):
+    (held / "0").mkdir()
+    (held / "0" / "metrics.json").write_text("")  # a job's folder, in a sweep's or not
+    for given in ("held/test_acc.png", "held/deeper/new.png", "held/0/job.png"):
         said = refusal_in(tmp_path, parse, ["--plot", given], monkeypatch, capsys)
+        inner, what = (held / "0", "run") if "/0/" in given else (held, owner)
+        name = "metrics.json" if "/0/" in given else mark
         assert said.strip() == (
-            f"error: argument --plot: {given}: {held} is another {owner}'s folder (it holds that "
-            f"{owner}'s {mark}), which only it writes in; pass a file outside it, e.g. "
+            f"error: argument --plot: {given}: {inner} is another {what}'s folder (it holds that "
+            f"{what}'s {name}), which only it writes in; pass a file outside it, e.g. "
             f"{tmp_path / Path(given).name}"
         )
-    assert sorted(p.name for p in held.iterdir()) == sorted(["deeper", mark, "test_acc.png"])
+    assert sorted(p.name for p in held.iterdir()) == sorted(["0", "deeper", mark, "test_acc.png"])
     assert (held / "test_acc.png").read_bytes() == b"the sweep's"
     assert not list((held / "deeper").iterdir())
 

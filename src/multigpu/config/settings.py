@@ -1008,34 +1008,45 @@ def check_batch_limits(trainer: Mapping[str, Any], batches: int | None) -> None:
         )
 
 
+def as_batches(value: Any) -> Any:
+    """A batch limit as Lightning reads it: a float above 1 is a whole count (``2.0`` -> 2)."""
+    return int(value) if isinstance(value, float) and value > 1 else value
+
+
 def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:
     """``+trainer.val_check_interval`` (batches, or a fraction of them) within an epoch's
     ``batches``, as Lightning requires once the data is loaded (a traceback after the run's
     folder was made), and dividing them: Lightning evaluates every that many batches, so the
     epoch's last batch is evaluated only then, and the epoch's test accuracy would be of earlier
     weights than its checkpoint's. The batches are each process's share of the training
-    images, after ``limit_train_batches``."""
-    interval = trainer.get("val_check_interval")
+    images, after ``limit_train_batches``; a whole number above 1 written as a float (2.0) is
+    a count of batches, as Lightning reads both. Counted over the run instead
+    (``check_val_every_n_epoch=null``), or a smoke run's (``fast_dev_run``), it is Lightning's
+    to place: an epoch not evaluated after its last batch is recorded untested."""
+    given = trainer.get("val_check_interval")
+    interval = as_batches(given)
     if (
         not is_number(interval)
         or batches is None
         or trainer.get("check_val_every_n_epoch", 1) is None
+        or trainer.get("fast_dev_run")
     ):
         return
     if trainer.get("limit_val_batches", 1.0) == 0:
         return
-    limit = trainer.get("limit_train_batches", 1.0)
+    limit = as_batches(trainer.get("limit_train_batches", 1.0))
     batches = min(batches, limit) if is_count(limit) else int(batches * limit)
     if is_count(interval) and interval > batches:
         raise UserError(
-            f"trainer.val_check_interval={interval} is more than the {batches} training batches "
+            f"trainer.val_check_interval={as_override(given)} is more than the {batches} "
+            "training batches "
             f"of an epoch: use at most {batches}, a fraction of the epoch (e.g. 0.5), or drop it"
         )
     every = interval if is_count(interval) else max(1, int(batches * interval))  # Lightning's
     if batches % every:
         divisors = ", ".join([str(n) for n in range(1, batches) if batches % n == 0][-6:])
         raise UserError(
-            f"trainer.val_check_interval={as_override(interval)} evaluates every {every} of the "
+            f"trainer.val_check_interval={as_override(given)} evaluates every {every} of the "
             f"{batches} training batches of an epoch, so not after its last: its test accuracy "
             f"would be of earlier weights than its checkpoint's; use a number of batches that "
             f"divides {batches} ({divisors}), 1.0, or drop it"

@@ -312,7 +312,7 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
         # Resumed in this folder, the one before would take its record back: another folder;
         # with none, the same command would meet this checkpoint again.
         if previous.is_file():
-            instead = f" (to go on from the one before it: ckpt_path={previous} and another "
+            instead = f" (to go on from the one before it: {as_typed(previous)} and another "
             instead += "hydra.run.dir)"
         else:
             instead = f"; {NO_OLDER} in another hydra.run.dir (or none{renamed_by(os.environ)}; "
@@ -664,13 +664,18 @@ def check_data_reachable(cfg: DictConfig, run_folder: Path) -> None:
         check_reachable(from_job(root), from_job(source), data.get("download", True))
     except UserError as refused:
         given = {"data.root": root, "data.source": source}
-        relative = [f"{k}={p}" for k, p in given.items() if p and not os.path.isabs(str(p))]
-        named = [said for said in relative if said.partition("=")[0] in str(refused)]
-        if moved and relative:
+        named = [  # the relative paths the refusal names, as the run folder makes them
+            f"{key}={path}"
+            for key, path in given.items()
+            if path
+            and not os.path.isabs(os.path.expanduser(str(path)))
+            and str(from_job(path)) in str(refused)
+        ]
+        if moved and named:
             add_note(
                 refused,
-                f"under hydra.job.chdir=true {(named or relative)[0]} is a path from the run "
-                f"folder, {base}: give an absolute one",
+                f"under hydra.job.chdir=true {named[0]} is a path from the run folder, {base}: "
+                "give an absolute one",
             )
         raise
 
@@ -987,7 +992,7 @@ def check_nothing_else(output_dir: Path) -> None:
         return  # a folder still to be made, or a file in the way (the write check says so)
     runs_files = sorted(name for name in found if name.startswith(RUNS_FILES))
     if last.is_file() or runs_files:
-        resume = f" (with ckpt_path={last} to resume it there)" if last.is_file() else ""
+        resume = f" (with {as_typed(last)} to resume it there)" if last.is_file() else ""
         held = [f"checkpoints/{LAST}"] if last.is_file() else runs_files[:2]
         raise OccupiedFolder(
             f"{output_dir} holds {', '.join(held)} but no {RECORD}: it is left as "

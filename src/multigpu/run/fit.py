@@ -340,8 +340,8 @@ def fit(cfg: DictConfig, admission: Admission, record: RunRecord, output_dir: Pa
             raise Interrupted(f"interrupted by {stopped.name}", exit_code=128 + stopped) from None
         if (death := loader_worker_death(err)) is not None:  # not a bug here: one line
             ended = RunStopped(
-                f"a data loader worker {death} (out of memory, as a rule: fewer data.num_workers "
-                "or a smaller data.batch_size need less)"
+                f"a data loader worker {death} (out of memory, as a rule: fewer "
+                "data.num_workers need less)"
             )
             apart = admission.checkpoints_apart
             add_note(ended, resume_hint(checkpoints, ckpt_path, cfg.paths.runs_dir, apart))

@@ -38,9 +38,15 @@ from multigpu.config.errors import (
     closest,
     did_you_mean,
 )
-from multigpu.config.job_names import SAFE
 from multigpu.config.settings import check_max_time
-from multigpu.storage.ckpt_path import LAST, LATEST, BadCheckpoint, checkpoint_file
+from multigpu.storage.ckpt_path import (
+    LAST,
+    LATEST,
+    BadCheckpoint,
+    as_typed,
+    checkpoint_file,
+    hydra_value,
+)
 from multigpu.storage.outcome import outcome_of
 from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.paths import canonical, is_within
@@ -89,22 +95,6 @@ class Checked:
         """The checkpoint, if it is ``path``'s; once, so that it is not held past its restore."""
         checkpoint, self.checkpoint = self.checkpoint, None
         return checkpoint if canonical(path) == canonical(self.path) else None
-
-
-def as_typed(checkpoint: Path, key: str = "ckpt_path") -> str:
-    """``ckpt_path=<checkpoint>`` (or another ``key``'s path) as it is pasted back: the path in
-    Hydra's quotes where it has characters Hydra's grammar does not take bare (a space, a letter
-    beyond ASCII), the whole in the shell's where the shell would read one."""
-    return shlex.quote(f"{key}={hydra_value(str(checkpoint))}")
-
-
-def hydra_value(path: str) -> str:
-    """``path`` as Hydra's grammar reads it back as that text (in its quotes where needed)."""
-    if not set(path) <= {*SAFE, "/"}:
-        path = re.sub(r"(\\*)\$\{", lambda m: m[1] * 2 + "\\${", path)  # OmegaConf's: not read
-        path = re.sub(r'(\\*)"', lambda m: m[1] * 2 + '\\"', path)  # Hydra's: a quote in it
-        path = '"' + re.sub(r"(\\+)$", lambda m: m[1] * 2, path) + '"'  # and before its end
-    return path
 
 
 JOB = "JOB"  # where a job's folder goes in ``each_job_from``

@@ -80,20 +80,17 @@ def check_intact(checkpoint: Any, path: Path) -> None:
     if recorded == actual:
         return
     previous = path.with_name(PREVIOUS)
-    older = use_the_one_before(previous) if previous.is_file() and previous != path else NO_OLDER
+    kept = previous.is_file() and previous != path
     raise BadCheckpoint(
         path,
         "is damaged: its contents no longer match the digest written with it (a disk or copy "
         "error, or an edit)",
-        older,
+        "" if kept else NO_OLDER,
+        previous=previous if kept else None,
     )
 
 
 NO_OLDER = "this run keeps no older checkpoint; train again"
-
-
-def use_the_one_before(previous: Path) -> str:
-    return f"use the one before it, ckpt_path={previous}"
 
 
 def check_size(checkpoint: Any, path: Path) -> None:

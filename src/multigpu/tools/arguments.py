@@ -101,9 +101,12 @@ def output_file(suffix: str) -> Callable[[str], Path]:
         if path.is_dir():
             raise argparse.ArgumentTypeError(f"{text} is a folder: pass a file name")
         if (held := owned_folder_around(path.parent)) is not None:
+            outer = held[0]  # a job's folder lies in its sweep's: beside the outermost
+            while (above := owned_folder_around(outer.parent)) is not None:
+                outer = above[0]
             raise argparse.ArgumentTypeError(
                 f"{text}: {held[1]}, which only it writes in; pass a file outside it, e.g. "
-                f"{held[0].parent / path.name}"
+                f"{outer.parent / path.name}"
             )
         refuse_files_on_the_way(path.parent)
         writable(path.parent)
