@@ -610,3 +610,23 @@ def test_the_report_of_an_empty_path_is_refused_and_writes_nothing(tmp_path, mon
     (said,) = capsys.readouterr().err.strip().splitlines()
     assert said.startswith("error: ") and "'' is not a path" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("name", ["summary.md", "summary.csv"])
+def test_the_report_leaves_a_summary_it_did_not_write(name, tmp_path, capsys):
+    """A user's own ``summary.md`` (or ``.csv``) in a folder of runs had been replaced by the
+    report with no word; refused in one line, nothing written. Its own it replaces."""
+    from multigpu.tools.report.__main__ import main
+
+    write_job(tmp_path, "seed_1", record())
+    (tmp_path / name).write_text("my notes\n")
+    assert main([str(tmp_path)]) == 2
+    said = capsys.readouterr().err.strip()
+    assert said == (
+        f"error: {tmp_path / name} is not a report's (it does not begin with the report's "
+        "table), and the report would replace it: move it out of the folder, then report again"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "seed_1"])
+    assert (tmp_path / name).read_text() == "my notes\n"
+    (tmp_path / name).unlink()
+    assert main([str(tmp_path)]) == 0 and main([str(tmp_path)]) == 0  # its own, replaced

@@ -11,6 +11,7 @@ from multigpu.storage.ownership import holder, is_free
 from multigpu.storage.record_file import records_below
 from multigpu.tools.arguments import OneLineParser, path_name
 from multigpu.tools.report import incomplete, to_text, write_report
+from multigpu.tools.report.write import others_file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     if not records_below(args.sweep_dir):
         print(
             f"error: no metrics.json below {args.sweep_dir}: pass a folder holding finished jobs",
+            file=sys.stderr,
+        )
+        return 2
+    if (kept := others_file(args.sweep_dir)) is not None:
+        print(
+            f"error: {kept} is not a report's (it does not begin with the report's table), and "
+            "the report would replace it: move it out of the folder, then report again",
             file=sys.stderr,
         )
         return 2

@@ -23,6 +23,22 @@ from multigpu.tools.report.summary import (
     to_markdown,
 )
 
+# How the report's own tables begin: a file of that name that does not is someone else's.
+REPORT_TABLES = {"summary.csv": "job,", "summary.md": "| job |"}
+
+
+def others_file(sweep_dir: Path) -> Path | None:
+    """A ``summary.csv`` or ``summary.md`` in ``sweep_dir`` that no report wrote (a user's
+    notes): the report would replace it."""
+    for name, start in REPORT_TABLES.items():
+        try:
+            with open(sweep_dir / name, encoding="utf-8", errors="replace") as file:
+                if not file.read(len(start)).startswith(start):
+                    return sweep_dir / name
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            continue
+    return None
+
 
 def write_report(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Read every job's ``metrics.json`` below ``sweep_dir``, write the report, return its rows."""
