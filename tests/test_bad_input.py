@@ -754,3 +754,10 @@ def test_a_relative_data_path_under_chdir_is_judged_from_the_run_folder(tmp_path
             "give an absolute one"
         )
         assert not (tmp_path / "runs").exists()
+    # The note names the setting the refusal is about: data.source=data_shared, not the
+    # default data.root=data, whose folder's name begins the same.
+    cfg = compose_config(["trainer.accelerator=cpu", "hydra.job.chdir=true", "data.source=data_x"])
+    cfg.paths.output_dir = str(run)
+    with pytest.raises(UserError) as error:
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
+    assert "; under hydra.job.chdir=true data.source=data_x is a path" in message(error.value)

@@ -1351,6 +1351,8 @@ def test_latest_passes_over_a_checkpoint_a_run_still_trains(two_epochs, tmp_path
             assert time.monotonic() < deadline and holder.poll() is None
             time.sleep(0.05)
         assert latest_of(runs, settings, []) == ended
+        # The run's own folder, which its rank 0 holds while the other ranks look: taken.
+        assert latest_of(runs, settings, [], ours=[runs / "training"]) == training
         shutil.rmtree(runs / "ended")
         with pytest.raises(UserError) as refused:
             latest_of(runs, settings, [])

@@ -295,11 +295,14 @@ def test_a_refused_checkpoint_is_said_of_its_key_advice_and_all(tmp_path):
     import copy
     import pickle
 
+    from multigpu.config.errors import add_note, message
     from multigpu.storage.ckpt_path import BadCheckpoint
 
     last, previous = tmp_path / "a run" / "last.ckpt", tmp_path / "a run" / "previous.ckpt"
     refused = BadCheckpoint(last, "is damaged", previous=previous).said_of("init_from")
     quoted = "'init_from=\"" + str(previous) + "\"'"  # Hydra's quotes, in the shell's
     assert str(refused) == f"init_from={last} is damaged; use the one before it, {quoted}"
+    add_note(refused, "resume with ...")
     for again in (copy.copy(refused), pickle.loads(pickle.dumps(refused))):
         assert str(again) == str(refused) and again.problem == "is damaged"
+        assert message(again) == message(refused)  # its notes kept

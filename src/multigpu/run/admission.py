@@ -32,6 +32,7 @@ project's checks and locks read ``$HOME`` (``multigpu.storage.paths.canonical``)
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -237,7 +238,15 @@ def starting_point(
         max_steps, max_epochs = cfg.trainer.get("max_steps", -1), fresh.run.max_epochs
         max_time = cfg.trainer.get("max_time")
         resume, checked = plan_resume(
-            ckpt_path, runs_dir, fresh.settings, allowed, max_epochs, net, max_steps, max_time
+            ckpt_path,
+            runs_dir,
+            fresh.settings,
+            allowed,
+            max_epochs,
+            net,
+            max_steps,
+            max_time,
+            ours=fresh.folders.values(),
         )
         if rank_zero:  # the others may find rank 0's record ahead already
             check_moves_forward(fresh.folders, own, resume)
@@ -324,7 +333,7 @@ def check_continues_its_record(run_folder: Path, own: Folder) -> Checked:
         raise OccupiedFolder(
             f"{last} is not of the run that {run_folder} holds (its history differs from that "
             f"folder's {RECORD}): continued, it would replace that run's record; it is left as "
-            f"it is: resume the checkpoint into a new folder (ckpt_path={last} and another "
+            f"it is: resume the checkpoint into a new folder ({as_typed(last)} and another "
             "hydra.run.dir)"
         )
     return Checked(last, checkpoint)
@@ -346,7 +355,7 @@ def check_moves_forward(folders: dict[str, Path], own: Folder, resume: Resume) -
     path, carried = resume.path, resume.history
     if canonical(path) == canonical(last) and agree(carried, recorded):
         return
-    continue_there = f"continue {run_folder} with ckpt_path={last}" if last.is_file() else ""
+    continue_there = f"continue {run_folder} with {as_typed(last)}" if last.is_file() else ""
     new_folder = f"resume {path.name} into a new folder (another hydra.run.dir)"
     if not agree(carried, recorded):
         raise OccupiedFolder(
@@ -669,7 +678,7 @@ def check_data_reachable(cfg: DictConfig, run_folder: Path) -> None:
             for key, path in given.items()
             if path
             and not os.path.isabs(os.path.expanduser(str(path)))
-            and str(from_job(path)) in str(refused)
+            and re.search(re.escape(str(from_job(path))) + r"(?![^/\s:;,)])", str(refused))
         ]
         if moved and named:
             add_note(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -207,9 +208,12 @@ def newest_checkpoints(runs_dir: str | Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]) -> Path:
+def latest_of(
+    runs_dir: str | Path, settings: dict[str, Any], allowed: list[str], ours: Iterable[Path] = ()
+) -> Path:
     """The newest checkpoint under ``runs_dir`` whose run has these settings (but for
-    ``allowed`` keys) and is not training now (its folder free); none: one line naming the
+    ``allowed`` keys) and is not training now (its folder free, or one of this run's own,
+    ``ours``, which its rank 0 holds while the other ranks look); none: one line naming the
     newest there is and how it differs, or the run that trains it."""
     runs_dir = Path(runs_dir).expanduser()  # named in one spelling: no "./" or trailing "/"
     candidates = newest_checkpoints(runs_dir)
@@ -225,14 +229,17 @@ def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]
         and not refused_changes(saved, settings, allowed)
     ]
     if matching:  # one a run still trains goes on there: taken from it only when named
-        idle = [path for path in matching if is_free(path.parent.parent)]
+        own = {canonical(folder) for folder in ours}
+        idle = [
+            p for p in matching if canonical(p.parent.parent) in own or is_free(p.parent.parent)
+        ]
         if idle:
             return idle[0]
         held = matching[0]
         raise UserError(
             f"ckpt_path=latest: the newest checkpoint of this run's settings, {held}, is of a "
             f"run still training ({holder(held.parent.parent)}): wait for it to end and pass "
-            f"ckpt_path=latest again, or pass ckpt_path={held} to go on from it now, apart"
+            f"ckpt_path=latest again, or pass {as_typed(held)} to go on from it now, apart"
         )
     newest = candidates[0]
     saved = (record_beside(newest) or {}).get("settings")
@@ -247,8 +254,8 @@ def latest_of(runs_dir: str | Path, settings: dict[str, Any], allowed: list[str]
         f"newest is {newest}; {how}): "
         + (
             other_shape(refused)
-            or f"to start a new run from its weights pass init_from={newest} instead of "
-            "ckpt_path, or pass ckpt_path=<file> of a run with these settings"
+            or f"to start a new run from its weights pass {as_typed(newest, 'init_from')} "
+            "instead of ckpt_path, or pass ckpt_path=<file> of a run with these settings"
         )
     )
 
@@ -364,13 +371,16 @@ def check_time_to_train(path: Path, checkpoint: dict[str, Any], max_time: Any) -
         )
 
 
-def find_checkpoint(value: Any, key: str, runs_dir: str | Path, settings, allowed) -> Path:
+def find_checkpoint(
+    value: Any, key: str, runs_dir: str | Path, settings, allowed, ours: Iterable[Path] = ()
+) -> Path:
     """``ckpt_path``/``init_from`` as a checkpoint file: ``latest`` is the newest of these
-    settings for a resume (``settings`` given), the newest of any for ``init_from``."""
+    settings for a resume (``settings`` given; ``ours``: ``latest_of``'s), the newest of any
+    for ``init_from``."""
     if str(value) != LATEST:
         return checkpoint_file(value, key)
     if settings is not None:
-        return latest_of(runs_dir, settings, allowed)
+        return latest_of(runs_dir, settings, allowed, ours)
     candidates = newest_checkpoints(runs_dir)
     if not candidates:
         raise UserError(
@@ -389,10 +399,12 @@ def plan_resume(
     net: dict[str, Any],
     max_steps: int = -1,
     max_time: Any = None,
+    ours: Iterable[Path] = (),
 ) -> tuple[Resume, Checked]:
     """The checkpoint a resume continues, read whole and checked against the run, its
-    network included (``net``: the configured ``model.net``), before anything is written."""
-    path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed)
+    network included (``net``: the configured ``model.net``), before anything is written;
+    ``ours``: the run's own folders (``latest_of``)."""
+    path = find_checkpoint(ckpt_path, "ckpt_path", runs_dir, settings, allowed, ours)
     check_recorded_network(path, net, "ckpt_path")
     check_recorded_settings(path, settings, allowed)
     # torch: only once there is a file to read

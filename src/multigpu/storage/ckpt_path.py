@@ -58,7 +58,8 @@ class BadCheckpoint(UserError):
         return BadCheckpoint(self.path, self.problem, self.advice, key, self.previous)
 
     def __reduce__(self) -> tuple[Any, ...]:  # copied or pickled whole
-        return BadCheckpoint, (self.path, self.problem, self.advice, self.key, self.previous)
+        parts = (self.path, self.problem, self.advice, self.key, self.previous)
+        return BadCheckpoint, parts, self.__dict__  # its notes too
 
 
 def checkpoint_file(ckpt_path: str | Path, key: str = "ckpt_path") -> Path:

@@ -102,7 +102,7 @@ def output_file(suffix: str) -> Callable[[str], Path]:
             raise argparse.ArgumentTypeError(f"{text} is a folder: pass a file name")
         if (held := owned_folder_around(path.parent)) is not None:
             outer = held[0]  # a job's folder lies in its sweep's: beside the outermost
-            while (above := owned_folder_around(outer.parent)) is not None:
+            while outer.parent != outer and (above := owned_folder_around(outer.parent)):
                 outer = above[0]
             raise argparse.ArgumentTypeError(
                 f"{text}: {held[1]}, which only it writes in; pass a file outside it, e.g. "
