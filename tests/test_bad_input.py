@@ -761,3 +761,20 @@ def test_a_relative_data_path_under_chdir_is_judged_from_the_run_folder(tmp_path
     with pytest.raises(UserError) as error:
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
     assert "; under hydra.job.chdir=true data.source=data_x is a path" in message(error.value)
+
+
+def test_an_empty_checkpoint_folder_is_refused_before_anything(tmp_path, monkeypatch):
+    """``callbacks.checkpoint.dirpath=''`` had written ``last.ckpt`` into the folder the command
+    ran in, outside the run's, and said nothing of it."""
+    from conftest import compose_config
+
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    cfg = compose_config([*SYNTHETIC, "callbacks.checkpoint.dirpath=''"], run)
+    with pytest.raises(UserError, match=r"^callbacks.checkpoint.dirpath='' names no folder: drop"):
+        admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
+    assert list(tmp_path.iterdir()) == []

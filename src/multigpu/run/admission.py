@@ -636,6 +636,11 @@ def written_folders(cfg: DictConfig, output_dir: str | Path) -> dict[str, Path]:
     (the record, the config, the logger's files) and its checkpoint folder when it has one."""
     folders = {RUN_FOLDER: canonical(output_dir)}
     checkpoint = (cfg.get("callbacks") or {}).get("checkpoint") or {}
+    if checkpoint.get("dirpath") == "":  # the working folder, outside the run's: not meant
+        raise UserError(
+            f"{CHECKPOINT_FOLDER}='' names no folder: drop it (the run's own checkpoints/), give "
+            "a folder, or pass callbacks.checkpoint=null for no checkpoints"
+        )
     if checkpoint.get("dirpath") is not None:
         folders[CHECKPOINT_FOLDER] = canonical(str(checkpoint["dirpath"]))
     return folders
