@@ -778,3 +778,24 @@ def test_an_empty_checkpoint_folder_is_refused_before_anything(tmp_path, monkeyp
     with pytest.raises(UserError, match=r"^callbacks.checkpoint.dirpath='' names no folder: drop"):
         admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), run)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("per_device", [None, 8])
+def test_a_null_batch_is_the_per_device_ones_to_make(per_device, tmp_path):
+    """``data.batch_size=null data.batch_size_per_device=8`` had been refused as a type ("must
+    be an integer, e.g. data.batch_size=256"), and that advice, followed, was refused as a
+    batch not used. Null leaves the batch to the per-device one; alone, it is one line."""
+    from conftest import compose_config, resolve_on
+
+    from multigpu.config.settings import Machine
+    from multigpu.run.admission import admit
+    from multigpu.run.cli import hydra_runtime
+
+    given = ["data.batch_size=null", f"data.batch_size_per_device={per_device or 'null'}"]
+    cfg = compose_config([*SYNTHETIC, *given], tmp_path / "run")
+    if per_device is None:
+        with pytest.raises(UserError, match=r"^data.batch_size=null must be a positive integer"):
+            resolve_on(cfg)
+        return
+    assert resolve_on(cfg).batch_size == per_device
+    admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), tmp_path / "run")

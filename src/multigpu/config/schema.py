@@ -151,7 +151,7 @@ class ImageData(Node):
     """``multigpu.data.ImageDataModule``'s arguments, and ``batch_size_per_device``, which the
     settings turn into the global batch the data module gets."""
 
-    batch_size: int = setting(256, POSITIVE, ge=1)
+    batch_size: int | None = setting(256, POSITIVE, ge=1)  # null: batch_size_per_device sets it
     num_workers: int | None = setting(None, f"between 0 and {MAX_WORKERS}", ge=0, le=MAX_WORKERS)
     seed: Seed = setting(42, f"between 0 and {MAX_SEED}")
     train_subset: int | None = setting(None, SUBSET, 20000, ge=1)

@@ -803,9 +803,10 @@ def global_batch(data: dict[str, Any], devices: int) -> int:
 
 def check_batch_given(data: Mapping[str, Any], devices: int, given: Collection[str]) -> None:
     """``data.batch_size`` named on the command line where ``data.batch_size_per_device`` (an
-    experiment's, say) makes the batch: it was not used, and nothing said so."""
+    experiment's, say) makes the batch: it was not used, and nothing said so. Named null, it
+    says just that."""
     per_device = data.get("batch_size_per_device")
-    if per_device is None or "data.batch_size" not in given:
+    if per_device is None or "data.batch_size" not in given or data.get("batch_size") is None:
         return
     raise UserError(
         f"data.batch_size={data.get('batch_size')} is not used: data.batch_size_per_device="
