@@ -799,3 +799,24 @@ def test_a_null_batch_is_the_per_device_ones_to_make(per_device, tmp_path):
         return
     assert resolve_on(cfg).batch_size == per_device
     admit(cfg, hydra_runtime(cfg)[0], Machine(0, CORES, {}, False), tmp_path / "run")
+
+
+def test_a_batch_ddp_cannot_split_names_a_strategy_that_keeps_it():
+    """A resumed run keeps its batch: the only advice, another batch, had then been refused as
+    a change of the run. The refusal names a strategy that splits any batch, which, followed,
+    keeps it; on several nodes (where that strategy cannot run) it is not offered."""
+    from conftest import composed, resolve_on
+
+    ddp = ["data.batch_size=15", "trainer.devices=2"]
+    with pytest.raises(UserError) as refused:
+        resolve_on(composed([*SYNTHETIC, *ddp, "strategy=ddp"]))
+    assert str(refused.value).endswith(
+        "e.g. data.batch_size=16, or, to keep this batch (as a resume must), "
+        "strategy=scatter_allreduce, whose replicas split any batch"
+    )
+    assert resolve_on(composed([*SYNTHETIC, *ddp, "strategy=scatter_allreduce"])).batch_size == 15
+    from multigpu.config.settings import check_batch_divides
+
+    with pytest.raises(UserError) as refused:
+        check_batch_divides(15, 4, num_nodes=2)
+    assert str(refused.value).endswith("e.g. data.batch_size=16")

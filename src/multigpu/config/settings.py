@@ -216,7 +216,7 @@ def resolve_run(cfg: DictConfig, choices: Mapping[str, str], machine: Machine) -
     placement = PLACEMENTS[strategy]
     processes = len(ids) * num_nodes if placement == PER_DEVICE else 1
     batch_size = global_batch(data, len(ids) * num_nodes)
-    check_batch_divides(batch_size, processes)
+    check_batch_divides(batch_size, processes, num_nodes)
     check_data(data, model["net"], choices)
     check_whole_batches(data, batch_size, choices)
     batches = epoch_batches(data, batch_size // processes, processes)
@@ -816,13 +816,16 @@ def check_batch_given(data: Mapping[str, Any], devices: int, given: Collection[s
     )
 
 
-def check_batch_divides(batch_size: int, processes: int) -> None:
+def check_batch_divides(batch_size: int, processes: int, num_nodes: int = 1) -> None:
     """Every DDP process loads the same share of the global batch, at least one sample."""
     if batch_size % processes:
         multiple = (batch_size // processes + 1) * processes
+        keep = ", or, to keep this batch (as a resume must), strategy=scatter_allreduce, whose "
+        keep += "replicas split any batch"
         raise UserError(
             f"data.batch_size={batch_size} (global) does not divide over {processes} "
             f"processes: use a multiple of {processes}, e.g. data.batch_size={multiple}"
+            + (keep if num_nodes == 1 else "")
         )
 
 
