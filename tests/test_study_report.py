@@ -14,13 +14,16 @@ from multigpu.storage.record import summarize
 from multigpu.tools.report.study import study_rows
 
 
-def write_job(folder, seed: int, accs: list[float], devices: int = 1, status="completed"):
+def write_job(
+    folder, seed: int, accs: list[float], devices: int = 1, status="completed", lr: float = 0.1
+):
     history = [
         {"epoch": i + 1, "epoch_s": 2.0 + seed, "samples_per_s": 100.0, "test_acc": a}
         for i, a in enumerate(accs)
     ]
-    run = {"strategy": "ddp", "devices": devices, "batch_size": 256 * devices, "lr": 0.1 * devices}
-    record = {**summarize(history, {**run, "seed": seed}), "status": status}
+    run = {"strategy": "ddp", "devices": devices, "batch_size": 256 * devices, "lr": lr * devices}
+    settings = {"seed": seed, "data.seed": seed, "model.optimizer.lr": lr * devices}
+    record = {**summarize(history, {**run, "seed": seed}), "status": status, "settings": settings}
     folder.mkdir(parents=True)
     (folder / "metrics.json").write_text(json.dumps(record))
 
@@ -123,3 +126,27 @@ def test_a_folder_with_no_sweep_below_says_which_folder_to_pass(tmp_path, capsys
     assert said.rstrip().endswith("pass the folder that holds the study's sweeps, one per row "
                                   "(e.g. outputs/study)")  # fmt: skip
     assert main([str(tmp_path)]) == 0  # its parent holds it as a row
+
+
+@pytest.mark.parametrize(
+    ("differ", "said"),
+    [
+        ({"lr": 0.2}, "differ in model.optimizer.lr (0.1, 0.2)"),
+        ({"devices": 2, "lr": 0.05}, "differ in run.devices (1, 2)"),  # the same lr
+        ({}, None),  # the seed (and the data's, which follows it) alone: a row
+    ],
+)
+def test_a_sweep_over_more_than_seeds_is_no_row(differ, said, tmp_path, capsys):
+    """A sweep over lr (or devices) had been averaged as if its jobs were seeds, and named by
+    its first job's values."""
+    from multigpu.tools.report.study import main
+
+    write_job(tmp_path / "row" / "a", 1, [0.5, 0.6])
+    write_job(tmp_path / "row" / "b", 2, [0.5, 0.7], **differ)
+    code = main([str(tmp_path)])
+    err = capsys.readouterr().err
+    if said is None:
+        assert code == 0 and err == ""
+        return
+    assert code == 2 and err.count("\n") == 1 and said in err
+    assert err.startswith(f"error: {tmp_path / 'row'}: its jobs differ in ")

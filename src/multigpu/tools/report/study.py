@@ -55,10 +55,40 @@ def time_to_targets(jobs: list[dict[str, Any]]) -> dict[float, dict[str, Any]]:
     return summary
 
 
+# What a row's jobs share but their seed: the settings they trained with, and the layout.
+LAYOUT = ("strategy", "devices", "num_nodes")
+SEEDS = ("seed", "data.seed")  # the data's seed follows the run's (${seed})
+
+
+class NotSeeds(ValueError):
+    """A sweep folder whose jobs differ in more than their seed: no row of seeds."""
+
+
+def beyond_the_seed(folder: Path, jobs: list[dict[str, Any]]) -> None:
+    """A row averages seeds: its jobs must differ in ``seed`` alone (a sweep over lr or
+    strategies had been averaged as seeds, and named by its first job's values)."""
+
+    def kept(job: dict[str, Any]) -> dict[str, Any]:
+        settings = {k: v for k, v in (job.get("settings") or {}).items() if k not in SEEDS}
+        return settings | {f"run.{k}": (job.get("run") or {}).get(k) for k in LAYOUT}
+
+    first = kept(jobs[0])
+    for job in jobs[1:]:
+        other = kept(job)
+        for key in sorted(first.keys() | other.keys()):
+            if first.get(key) != other.get(key):
+                raise NotSeeds(
+                    f"{folder}: its jobs differ in {key} ({first.get(key)}, {other.get(key)}), "
+                    "not in their seed alone, and a row averages seeds: pass a folder whose "
+                    "sweeps each vary seed alone (python train.py -m ... seed=1,2,3)"
+                )
+
+
 def study_rows(study_dir: Path) -> list[dict[str, Any]]:
     """One row per sweep folder below ``study_dir``, over its completed jobs that were tested
     after their last epoch, in folder order (an untested one, stopped by ``max_steps`` inside an
-    epoch, has no final accuracy to average: it is named on stderr)."""
+    epoch, has no final accuracy to average: it is named on stderr); ``NotSeeds`` where a
+    folder's jobs differ in more than their seed."""
     rows = []
     for folder in sorted(p for p in study_dir.iterdir() if p.is_dir()):
         completed = [j for j in load_jobs(folder) if j.get("status") == "completed"]
@@ -67,6 +97,7 @@ def study_rows(study_dir: Path) -> list[dict[str, Any]]:
             print(f"warning: {folder}: {len(completed) - len(jobs)} completed job(s) with no "
                   "test accuracy after their last epoch left out", file=sys.stderr)  # fmt: skip
         if jobs:
+            beyond_the_seed(folder, jobs)
             rows.append(row_of(folder.name, sorted(jobs, key=lambda j: j["run"].get("seed") or 0)))
     return rows
 
@@ -178,7 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no study folder {args.study_dir}: pass the folder that holds the "
               "sweeps", file=sys.stderr)  # fmt: skip
         return 2
-    rows = study_rows(args.study_dir)
+    try:
+        rows = study_rows(args.study_dir)
+    except NotSeeds as mixed:
+        print(f"error: {mixed}", file=sys.stderr)
+        return 2
     if not rows:
         print(f"error: no completed job in a sweep folder below {args.study_dir}: pass the "
               "folder that holds the study's sweeps, one per row (e.g. outputs/study)",
