@@ -1216,8 +1216,11 @@ def test_a_run_continuing_its_own_folder_keeps_its_csv_rows(tmp_path):
     train(compose_config([*SYNTHETIC, "logger=csv", "trainer.max_epochs=2"], run))
     assert logged.read_text().startswith(first.splitlines()[0])  # one header, the same
     rows = list(csv.DictReader(logged.open()))
-    assert {row["epoch"] for row in rows} == {"0", "1"}
+    assert {row["epoch"] for row in rows} == {"1", "2"}  # counted from 1, as everywhere else
     assert all(line in logged.read_text() for line in first.splitlines()[1:])
+    history = json.loads((run / "metrics.json").read_text())["history"]
+    tested = {int(row["epoch"]): float(row["test/acc"]) for row in rows if row.get("test/acc")}
+    assert tested == pytest.approx({h["epoch"]: h["test_acc"] for h in history})
 
 
 def test_a_resume_under_chdir_records_the_checkpoint_it_read_and_names_its_folder(tmp_path):

@@ -4,7 +4,8 @@ Lightning's writer deletes the ``metrics.csv`` it finds in its folder when it st
 finds none there (admission refuses a logger folder holding another run's,
 ``multigpu.run.admission.check_logger_folder_new``); the same run continuing its folder after a
 stop finds its own, whose earlier rows were lost. They are kept, and the new rows appended, as
-Lightning's writer does within one run (rewriting the header when a new column comes). (A
+Lightning's writer does within one run (rewriting the header when a new column comes). Its
+``epoch`` column counts from 1. (A
 ``ckpt_path`` resume is not checked there, as it may go on in its run's logger folder: given
 another run's, it now adds rows to that run's file where it had deleted them.)
 """
@@ -16,6 +17,7 @@ import csv
 from pytorch_lightning.loggers import CSVLogger
 from pytorch_lightning.loggers.csv_logs import ExperimentWriter
 from pytorch_lightning.loggers.logger import rank_zero_experiment
+from pytorch_lightning.utilities import rank_zero_only
 from typing_extensions import override
 
 
@@ -30,6 +32,15 @@ class ContinuingExperimentWriter(ExperimentWriter):
 
 
 class ContinuingCSVLogger(CSVLogger):
+    @override
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Lightning adds the (0-based) ``epoch`` to what it logs: counted from 1 here, as
+        ``metrics.json``, the console and TensorBoard count epochs."""
+        if "epoch" in metrics:
+            metrics = {**metrics, "epoch": int(metrics["epoch"]) + 1}
+        super().log_metrics(metrics, step)
+
     @property
     @override
     @rank_zero_experiment
