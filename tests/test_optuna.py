@@ -671,6 +671,9 @@ def test_a_diverged_trial_is_pruned_and_the_study_goes_on(tmp_path):
     assert told in result.stdout + result.stderr  # with the values the trial was drawn at
     rows = {float(row["lr"]): row for row in read_summary(tmp_path)}
     assert rows[1e12]["status"] == "diverged" and "diverged" in rows[1e12]["reason"]
+    said = [line for line in result.stderr.splitlines() if line.startswith("error: job 0 ")]
+    name = "lr_1000000000000.0-batch_size_16"  # its folder's
+    assert said == [f"error: job 0 ({name}) diverged: {rows[1e12]['reason']}"]  # as recorded
     assert rows[0.1]["status"] == "completed"
     best = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
     assert best["best_params"] == {"model.optimizer.lr": 0.1}

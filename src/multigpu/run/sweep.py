@@ -54,7 +54,8 @@ def keep_sweeping(main: Callable[[DictConfig], Any]) -> Callable[[DictConfig], A
                 log.error("job failed", exc_info=True)
             outcome, job = outcome_of(err), HydraConfig.get()
             name = Path(job.runtime.output_dir).name  # named by its values, as its folder
-            print(f"error: job {job.job.num} ({name}) failed: {outcome.reason}", file=sys.stderr)
+            said = f"job {job.job.num} ({name}) {outcome.status}: {outcome.reason}"  # its record's
+            print(f"error: {said}", file=sys.stderr)
             return job_ending(None, outcome.status)  # Optuna: a pruned or failed trial
 
     return wrapper
