@@ -17,8 +17,8 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 import torch
-from conftest import REPO, TINY, copy_raw, run_script, write_gz
-from hypothesis import given
+from conftest import REPO, TINY, copy_raw, examples, run_script, write_gz
+from hypothesis import assume, given
 
 from multigpu.config.errors import UserError, message
 from multigpu.models import resnet18
@@ -820,3 +820,36 @@ def test_a_batch_ddp_cannot_split_names_a_strategy_that_keeps_it():
     with pytest.raises(UserError) as refused:
         check_batch_divides(15, 4, num_nodes=2)
     assert str(refused.value).endswith("e.g. data.batch_size=16")
+
+
+@examples(200)
+@given(
+    batches=st.integers(1, 40),
+    interval=st.one_of(
+        st.integers(1, 50), st.floats(0.01, 1.0), st.sampled_from([1.0, 2.0, 3.0, 8.0])
+    ),
+    limit=st.one_of(st.none(), st.integers(1, 40), st.floats(0.05, 1.0), st.just(4.0)),
+)
+def test_an_interval_is_refused_exactly_where_the_epochs_last_batch_goes_untested(
+    batches, interval, limit
+):
+    """A second computation, batch by batch as Lightning's loop goes: it evaluates after batch
+    i (from 0) where (i + 1) is a multiple of its interval (a count; a fraction of the epoch's
+    batches, at least 1; a whole float a count), over the batches the limit leaves."""
+    from multigpu.config.settings import check_val_interval
+
+    def count(value):  # Lightning's reading of a limit or an interval
+        return int(value) if isinstance(value, int) or value > 1 else None
+
+    trained = batches if limit is None else min(batches, count(limit) or int(batches * limit))
+    assume(trained >= 1)  # no batch at all: check_batch_limits' refusal
+    every = count(interval) or max(1, int(trained * interval))
+    evaluated = [i for i in range(trained) if (i + 1) % every == 0]
+    trainer = {"val_check_interval": interval}
+    trainer |= {} if limit is None else {"limit_train_batches": limit}
+    try:
+        check_val_interval(trainer, batches)
+    except UserError as refused:
+        assert every > trained or trained - 1 not in evaluated, str(refused)
+        return
+    assert every <= trained and trained - 1 in evaluated

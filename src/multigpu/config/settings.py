@@ -1043,8 +1043,8 @@ def check_val_interval(trainer: Mapping[str, Any], batches: int | None) -> None:
     if is_count(interval) and interval > batches:
         raise UserError(
             f"trainer.val_check_interval={as_override(given)} is more than the {batches} "
-            "training batches "
-            f"of an epoch: use at most {batches}, a fraction of the epoch (e.g. 0.5), or drop it"
+            f"training batches of an epoch: use at most {batches}, a fraction of the epoch (e.g. "
+            "0.5), or drop it"
         )
     every = interval if is_count(interval) else max(1, int(batches * interval))  # Lightning's
     if batches % every:

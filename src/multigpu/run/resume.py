@@ -222,20 +222,15 @@ def latest_of(
             f"ckpt_path=latest found no checkpoints/{LAST} under {runs_dir}/: train a run "
             f"first, or pass ckpt_path=<run>/checkpoints/{LAST}"
         )
-    matching = [
-        path
-        for path in candidates
-        if isinstance(saved := (record_beside(path) or {}).get("settings"), dict)
-        and not refused_changes(saved, settings, allowed)
-    ]
-    if matching:  # one a run still trains goes on there: taken from it only when named
-        own = {canonical(folder) for folder in ours}
-        idle = [
-            p for p in matching if canonical(p.parent.parent) in own or is_free(p.parent.parent)
-        ]
-        if idle:
-            return idle[0]
-        held = matching[0]
+    own, held = {canonical(folder) for folder in ours}, None
+    for path in candidates:  # newest first: the records read only as far as the one taken
+        saved = (record_beside(path) or {}).get("settings")
+        if not isinstance(saved, dict) or refused_changes(saved, settings, allowed):
+            continue
+        if canonical(run := path.parent.parent) in own or is_free(run):
+            return path
+        held = held or path  # a run still trains it: taken from it only when named
+    if held is not None:
         raise UserError(
             f"ckpt_path=latest: the newest checkpoint of this run's settings, {held}, is of a "
             f"run still training ({holder(held.parent.parent)}): wait for it to end and pass "
